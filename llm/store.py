@@ -1,0 +1,175 @@
+"""The activation data-set format shared by LLM captures and toy representations.
+
+A capture folder holds
+
+    DIR/meta.json            what made it: model, locations, d, dtype, prompt settings, versions
+    DIR/shards/00000/ ...    one ``datasets.Dataset.save_to_disk`` folder per finished batch of rows
+
+with one row per prompt (or per toy count pair) and columns
+
+    acts            (n_locations, d) float32 or float16: the boundary vector at every location
+    n, m            the count and the number of distractors
+    pair            token pair name (``"toy"`` for the toy)
+    config          prompt configuration name (the toy variant for the toy)
+    seed            prompt seed (the parameter seed for the toy)
+    prompt          the rendered text fed to the tokenizer ("" for the toy)
+    boundary_index  token index of the boundary in the prompt (0 for the toy)
+    n_tokens        prompt length in tokens (1 + n + m for the toy)
+
+Each shard is written to a temporary folder and renamed into place, so a shard either exists whole or not
+at all; an interrupted run resumes from the shards present. :func:`load_capture` returns the whole capture
+as one ``datasets.Dataset`` (memory-mapped), whatever the shard layout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from countlens.results import UsageError, read_json, write_json_atomic
+
+META = "meta.json"
+SHARDS = "shards"
+COLUMNS = ("acts", "n", "m", "pair", "config", "seed", "prompt", "boundary_index", "n_tokens")
+
+
+def features(n_locations: int, d: int, dtype: str = "float32"):
+    """The ``datasets.Features`` of a capture with ``n_locations`` locations of width ``d``."""
+    import datasets
+
+    return datasets.Features({
+        "acts": datasets.Array2D(shape=(n_locations, d), dtype=dtype),
+        "n": datasets.Value("int32"),
+        "m": datasets.Value("int32"),
+        "pair": datasets.Value("string"),
+        "config": datasets.Value("string"),
+        "seed": datasets.Value("int32"),
+        "prompt": datasets.Value("string"),
+        "boundary_index": datasets.Value("int32"),
+        "n_tokens": datasets.Value("int32"),
+    })
+
+
+class ActivationWriter:
+    """Writes a capture folder shard by shard.
+
+    ``meta`` must hold at least ``locations`` (list of names) and ``d``; ``dtype`` defaults to float32.
+    Opening a folder that already holds a capture with *different* ``meta["settings"]`` raises
+    :class:`UsageError` (a run is never mixed with another); the same settings resume.
+    """
+
+    def __init__(self, out_dir: str | os.PathLike, meta: dict[str, Any]):
+        self.dir = Path(out_dir)
+        self.meta = dict(meta)
+        self.meta.setdefault("dtype", "float32")
+        for key in ("locations", "d"):
+            if key not in self.meta:
+                raise ValueError(f"capture meta needs {key!r}")
+        existing = self.dir / META
+        if existing.exists():
+            old = read_json(existing, "capture metadata")
+            if old.get("settings") != self.meta.get("settings"):
+                raise UsageError(f"{self.dir} holds a capture made with other settings; "
+                                 "choose another --out folder or delete it")
+        elif self.dir.exists() and any(self.dir.iterdir()):
+            raise UsageError(f"{self.dir} exists and is not a countlens capture; choose an empty --out folder")
+        (self.dir / SHARDS).mkdir(parents=True, exist_ok=True)
+        if not existing.exists():
+            write_json_atomic(existing, {**self.meta, "complete": False})
+
+    def finished_shards(self) -> set[int]:
+        """Indices of the shards already on disk and readable (a corrupted one is removed, to be redone)."""
+        import datasets
+
+        done = set()
+        for path in sorted((self.dir / SHARDS).iterdir()):
+            if path.name.startswith(".") or not path.name.isdigit():
+                shutil.rmtree(path, ignore_errors=True)  # a temporary folder left by an interruption
+                continue
+            try:
+                datasets.load_from_disk(str(path))
+                done.add(int(path.name))
+            except Exception:  # noqa: BLE001 - any unreadable shard is recomputed
+                shutil.rmtree(path, ignore_errors=True)
+        return done
+
+    def write_shard(self, index: int, rows: dict[str, Any]) -> Path:
+        """Write one shard atomically. ``rows["acts"]`` is (rows, n_locations, d); other columns are lists."""
+        import datasets
+
+        acts = np.asarray(rows["acts"], dtype=self.meta["dtype"])
+        if acts.ndim != 3 or acts.shape[1:] != (len(self.meta["locations"]), self.meta["d"]):
+            raise ValueError(f"acts has shape {acts.shape}, expected (rows, {len(self.meta['locations'])}, "
+                             f"{self.meta['d']})")
+        if not np.all(np.isfinite(acts)):
+            raise UsageError("captured activations hold NaN or inf; try --dtype float32")
+        data = {k: rows[k] for k in COLUMNS if k != "acts"}
+        data["acts"] = acts
+        ds = datasets.Dataset.from_dict(data, features=features(acts.shape[1], acts.shape[2], self.meta["dtype"]))
+        final = self.dir / SHARDS / f"{index:05d}"
+        tmp = Path(tempfile.mkdtemp(prefix=f".{index:05d}.", dir=self.dir / SHARDS))
+        try:
+            ds.save_to_disk(str(tmp))
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+        return final
+
+    def finish(self, extra: dict[str, Any] | None = None) -> Path:
+        """Mark the capture complete (``meta.json`` gets ``complete: true`` and any ``extra`` keys)."""
+        return write_json_atomic(self.dir / META, {**self.meta, **(extra or {}), "complete": True})
+
+
+def read_meta(path: str | os.PathLike) -> dict[str, Any]:
+    """The ``meta.json`` of a capture folder; :class:`UsageError` if the folder is not a capture."""
+    path = Path(path)
+    if not (path / META).is_file():
+        raise UsageError(f"{path} is not a countlens activation folder (no {META}); "
+                         "make one with `countlens llm capture` or `countlens probe toy-acts`")
+    return read_json(path / META, "capture metadata")
+
+
+def load_capture(path: str | os.PathLike, allow_incomplete: bool = False):
+    """Load a capture folder as one ``datasets.Dataset`` with numpy formatting on ``acts``.
+
+    The metadata is attached as ``ds.info.description`` (JSON text); :func:`capture_meta` parses it.
+    Raises :class:`UsageError` if the folder is not a capture, is unfinished (unless ``allow_incomplete``),
+    or has no rows.
+    """
+    import datasets
+
+    meta = read_meta(path)
+    if not meta.get("complete") and not allow_incomplete:
+        raise UsageError(f"{path} holds an unfinished capture; rerun the capture command to complete it")
+    shard_dirs = sorted(p for p in (Path(path) / SHARDS).glob("[0-9]*") if p.is_dir())
+    if not shard_dirs:
+        raise UsageError(f"{path} holds no activations")
+    try:
+        parts = [datasets.load_from_disk(str(p)) for p in shard_dirs]
+    except Exception as exc:  # noqa: BLE001
+        raise UsageError(f"{path}: a shard is unreadable ({exc.__class__.__name__}); rerun the capture to "
+                         "recompute it") from None
+    ds = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
+    ds.info.description = json.dumps(meta)
+    return ds
+
+
+def capture_meta(ds) -> dict[str, Any]:
+    """The metadata :func:`load_capture` attached to a data set."""
+    return json.loads(ds.info.description or "{}")
+
+
+def acts_array(ds, location: int | None = None) -> np.ndarray:
+    """All activations as float64: (rows, n_locations, d), or (rows, d) for one location index."""
+    acts = ds.with_format("numpy")["acts"]
+    acts = np.asarray(acts, dtype=np.float64)
+    return acts if location is None else acts[:, location, :]
