@@ -114,12 +114,16 @@ class ActivationWriter:
         ds = datasets.Dataset.from_dict(data, features=features(acts.shape[1], acts.shape[2], self.meta["dtype"]))
         final = self.dir / SHARDS / f"{index:05d}"
         tmp = Path(tempfile.mkdtemp(prefix=f".{index:05d}.", dir=self.dir / SHARDS))
+        bars_were_on = not datasets.are_progress_bars_disabled()
+        datasets.disable_progress_bars()  # one bar per shard would bury the caller's own progress bar
         try:
             ds.save_to_disk(str(tmp))
             if final.exists():
                 shutil.rmtree(final)
             os.replace(tmp, final)
         finally:
+            if bars_were_on:
+                datasets.enable_progress_bars()
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
         return final
@@ -159,6 +163,9 @@ def load_capture(path: str | os.PathLike, allow_incomplete: bool = False):
         raise UsageError(f"{path}: a shard is unreadable ({exc.__class__.__name__}); rerun the capture to "
                          "recompute it") from None
     ds = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
+    if meta.get("complete") and "n_rows" in meta and len(ds) != meta["n_rows"]:
+        raise UsageError(f"{path} holds {len(ds)} of its {meta['n_rows']} rows (a shard is missing); rerun the "
+                         "capture command to recompute it")
     ds.info.description = json.dumps(meta)
     return ds
 

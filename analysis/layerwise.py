@@ -1,0 +1,231 @@
+"""Layerwise geometry of a capture: Figure 5's ratios and Figure 6's PCA, as one result per data set.
+
+Centroids follow the paper: per seed, the mean boundary vector over every prompt with count ``n`` (all
+token pairs and prompt configurations pooled — with the balanced design of ``countlens llm capture``,
+equal prompts per pair, configuration, seed and count, this equals averaging the per-pair means first);
+the ratios are computed per seed, and Figure 5 draws their mean with the seed range shaded. Figure 6 and
+the pooled ratios use centroids averaged over all seeds as well.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from countlens.analysis.geometry import (
+    HIGH_WINDOW,
+    LOW_WINDOW,
+    PCA_COUNTS,
+    describe_counts,
+    erank_ratio,
+    gap_ratio,
+    mean_gap,
+    pca_2d,
+    window_rows,
+)
+
+from countlens.results import UsageError
+
+
+@dataclass
+class CentroidSet:
+    """Count centroids of a data set at every location.
+
+    ``counts`` (k,) sorted; ``seeds`` (S,); ``per_seed`` (S, k, n_locations, d) with NaN rows where a seed
+    lacks a count; ``pooled`` (k, n_locations, d); ``sizes`` (S, k) prompts per cell.
+    """
+
+    locations: list[str]
+    counts: np.ndarray
+    seeds: np.ndarray
+    per_seed: np.ndarray
+    pooled: np.ndarray
+    sizes: np.ndarray
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def seed_counts(self, s: int) -> np.ndarray:
+        """The counts seed index ``s`` has."""
+        return self.counts[self.sizes[s] > 0]
+
+    def seed_centroids(self, s: int, location: int) -> np.ndarray:
+        """(k_s, d) centroids of seed index ``s`` at one location, for :meth:`seed_counts`."""
+        return self.per_seed[s, self.sizes[s] > 0, location]
+
+
+def centroids_from_arrays(acts: np.ndarray, n: np.ndarray, seed: np.ndarray, locations: list[str]) -> CentroidSet:
+    """Centroids from in-memory arrays: ``acts`` (rows, n_locations, d), ``n`` and ``seed`` (rows,)."""
+    acc = _Accumulator()
+    acc.add(np.asarray(acts), np.asarray(n), np.asarray(seed))
+    return acc.result(locations)
+
+
+def centroids_from_capture(ds, locations: list[str], batch_size: int = 256) -> CentroidSet:
+    """Centroids of a loaded capture (``countlens.llm.load_capture``), streamed in batches so memory stays
+    O(seeds × counts × locations × d) whatever the number of prompts."""
+    acc = _Accumulator()
+    view = ds.with_format("numpy", columns=["acts", "n", "seed"])
+    for start in range(0, len(view), batch_size):
+        batch = view[start:start + batch_size]
+        acc.add(batch["acts"], batch["n"], batch["seed"])
+    return acc.result(locations)
+
+
+class _Accumulator:
+    """Running float64 sums per (seed, count)."""
+
+    def __init__(self) -> None:
+        self.sums: dict[tuple[int, int], np.ndarray] = {}
+        self.sizes: dict[tuple[int, int], int] = {}
+
+    def add(self, acts: np.ndarray, n: np.ndarray, seed: np.ndarray) -> None:
+        acts = np.asarray(acts, dtype=np.float64)  # (rows, n_locations, d)
+        if not np.all(np.isfinite(acts)):
+            raise UsageError("the activations hold NaN or inf; recapture with --dtype float32")
+        keys = np.stack([np.asarray(seed, dtype=np.int64), np.asarray(n, dtype=np.int64)], axis=1)
+        uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        sums = np.zeros((len(uniq),) + acts.shape[1:])
+        np.add.at(sums, inverse, acts)
+        sizes = np.bincount(inverse, minlength=len(uniq))
+        for j, (s, c) in enumerate(uniq):
+            key = (int(s), int(c))
+            if key in self.sums:
+                self.sums[key] += sums[j]
+                self.sizes[key] += int(sizes[j])
+            else:
+                self.sums[key], self.sizes[key] = sums[j], int(sizes[j])
+
+    def result(self, locations: list[str]) -> CentroidSet:
+        if not self.sums:
+            raise UsageError("the data set has no rows")
+        seeds = np.array(sorted({s for s, _ in self.sums}))
+        counts = np.array(sorted({c for _, c in self.sums}))
+        if len(counts) < 2:
+            raise UsageError(f"the data set has one count only ({describe_counts(counts)}); geometry needs "
+                             "several counts — capture with --counts 0:100")
+        shape = next(iter(self.sums.values())).shape
+        if shape[0] != len(locations):
+            raise UsageError(f"activations have {shape[0]} locations but the metadata names {len(locations)}")
+        per_seed = np.full((len(seeds), len(counts)) + shape, np.nan)
+        sizes = np.zeros((len(seeds), len(counts)), dtype=np.int64)
+        s_index = {int(s): i for i, s in enumerate(seeds)}
+        c_index = {int(c): i for i, c in enumerate(counts)}
+        for (s, c), total in self.sums.items():
+            per_seed[s_index[s], c_index[c]] = total / self.sizes[(s, c)]
+            sizes[s_index[s], c_index[c]] = self.sizes[(s, c)]
+        # Pooled centroid: mean over the seeds that have the count (each seed weighted equally).
+        pooled = np.nanmean(per_seed, axis=0)
+        return CentroidSet(list(locations), counts, seeds, per_seed, pooled, sizes)
+
+
+def default_pca_locations(n_locations: int) -> list[int]:
+    """Figure 6's four locations: embeddings, after block 1, the middle block, the last block."""
+    picks = [0, 1, n_locations // 2, n_locations - 1]
+    out: list[int] = []
+    for p in picks:
+        p = min(max(p, 0), n_locations - 1)
+        if p not in out:
+            out.append(p)
+    return out
+
+
+@dataclass
+class GeometryResult:
+    """Per-location gap and effective-rank ratios (mean, per seed, pooled) and PCA of the centroids."""
+
+    locations: list[str]
+    counts: list[int]
+    seeds: list[int]
+    low_window: list[int]
+    high_window: list[int]
+    pca_counts: list[int]
+    per_location: list[dict[str, Any]]
+    pca: list[dict[str, Any]]
+    source: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GeometryResult:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def compute_geometry(cs: CentroidSet, low=LOW_WINDOW, high=HIGH_WINDOW, pca_counts=PCA_COUNTS,
+                     pca_locations: list[int] | None = None) -> GeometryResult:
+    """Figure 5's ratios at every location (per seed, mean, range, pooled) and Figure 6's PCA."""
+    low, high, pca_counts = tuple(map(int, low)), tuple(map(int, high)), tuple(map(int, pca_counts))
+    for s in range(len(cs.seeds)):  # check every seed has the windows before computing anything
+        seed_counts = cs.seed_counts(s)
+        for window, what in ((low, "low window"), (high, "high window")):
+            try:
+                window_rows(seed_counts, window, what)
+            except UsageError as exc:
+                raise UsageError(f"seed {int(cs.seeds[s])}: {exc}") from None
+    pca_rows = window_rows(cs.counts, pca_counts, "PCA count range")
+    per_location = []
+    for li, name in enumerate(cs.locations):
+        gaps, ranks = [], []
+        for s in range(len(cs.seeds)):
+            C = cs.seed_centroids(s, li)
+            gaps.append(gap_ratio(cs.seed_counts(s), C, low, high))
+            ranks.append(erank_ratio(cs.seed_counts(s), C, low, high))
+        pooled = cs.pooled[:, li]
+        per_location.append({
+            "index": li, "name": name,
+            "gap_ratio": float(np.mean(gaps)), "gap_ratio_min": float(np.min(gaps)),
+            "gap_ratio_max": float(np.max(gaps)),
+            "erank_ratio": float(np.mean(ranks)), "erank_ratio_min": float(np.min(ranks)),
+            "erank_ratio_max": float(np.max(ranks)),
+            "gap_ratio_per_seed": {str(int(s)): float(g) for s, g in zip(cs.seeds, gaps, strict=True)},
+            "erank_ratio_per_seed": {str(int(s)): float(r) for s, r in zip(cs.seeds, ranks, strict=True)},
+            "mean_gap_low": mean_gap(cs.counts, pooled, low), "mean_gap_high": mean_gap(cs.counts, pooled, high),
+            "gap_ratio_pooled": gap_ratio(cs.counts, pooled, low, high),
+            "erank_ratio_pooled": erank_ratio(cs.counts, pooled, low, high),
+        })
+    if pca_locations is None:
+        pca_locations = default_pca_locations(len(cs.locations))
+    pca = []
+    for li in pca_locations:
+        if not 0 <= li < len(cs.locations):
+            raise UsageError(f"location {li} does not exist; the data set has locations 0..{len(cs.locations) - 1}")
+        coords, explained = pca_2d(cs.pooled[pca_rows, li])
+        pca.append({"index": li, "name": cs.locations[li], "counts": cs.counts[pca_rows].tolist(),
+                    "coords": coords.tolist(), "explained_variance_ratio": explained.tolist()})
+    return GeometryResult(
+        locations=list(cs.locations), counts=cs.counts.tolist(), seeds=cs.seeds.tolist(),
+        low_window=list(low), high_window=list(high), pca_counts=list(pca_counts),
+        per_location=per_location, pca=pca, source=dict(cs.meta))
+
+
+def resolve_location(spec: str | int, locations: list[str]) -> int:
+    """A location given by index (``"3"``, ``-1``) or by name (``"blocks.0.hook_resid_post"``)."""
+    text = str(spec).strip()
+    if text in locations:
+        return locations.index(text)
+    try:
+        index = int(text)
+    except ValueError:
+        raise UsageError(f"location {text!r} does not exist; use an index 0..{len(locations) - 1} or one of "
+                         f"{', '.join(locations[:4])}{', ...' if len(locations) > 4 else ''}") from None
+    if not -len(locations) <= index < len(locations):
+        raise UsageError(f"location {index} does not exist; the data set has locations 0..{len(locations) - 1}")
+    return index % len(locations)
+
+
+def location_matrix(ds, location: int, batch_size: int = 512) -> tuple[np.ndarray, np.ndarray]:
+    """Row-level representations at one location, streamed: ``X`` (rows, d) float64 and counts (rows,)."""
+    view = ds.with_format("numpy", columns=["acts", "n"])
+    xs, ns = [], []
+    for start in range(0, len(view), batch_size):
+        batch = view[start:start + batch_size]
+        xs.append(np.asarray(batch["acts"][:, location, :], dtype=np.float64))
+        ns.append(np.asarray(batch["n"]))
+    return np.concatenate(xs), np.concatenate(ns)
+
+
+__all__ = ["CentroidSet", "centroids_from_arrays", "centroids_from_capture", "default_pca_locations",
+           "GeometryResult", "compute_geometry", "resolve_location", "location_matrix"]

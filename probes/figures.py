@@ -1,0 +1,83 @@
+"""One plotting function per probe figure; each takes a result object and returns a matplotlib figure, so a
+figure can be redrawn from its JSON (``ProbeResult.from_dict`` / ``NormSweepResult.from_dict``)."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+from countlens.probes.experiments import NormSweepResult, ProbeResult
+from matplotlib.ticker import MaxNLocator, NullFormatter
+
+
+def plot_binned_accuracy(result: ProbeResult, locations: list[str] | None = None):
+    """Figure 7: test rounded exact accuracy of the validation-selected probe per ten-count range; line = mean
+    over split seeds, shading = min–max. One line per location (default: the best by validation accuracy)."""
+    chosen = [loc for loc in result.locations if loc.name in locations] if locations else [result.best_location()]
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    for loc in chosen:
+        bins = loc.fits[0].binned
+        centres = np.array([(b["lo"] + b["hi"]) / 2 for b in bins])
+        acc = np.array([[np.nan if b["accuracy"] is None else b["accuracy"] for b in f.binned] for f in loc.fits])
+        mean, lo, hi = np.nanmean(acc, axis=0), np.nanmin(acc, axis=0), np.nanmax(acc, axis=0)
+        line, = ax.plot(centres, mean, marker="o", ms=3, label=loc.name)
+        ax.fill_between(centres, lo, hi, color=line.get_color(), alpha=0.2, lw=0)
+        ax.set_xticks(centres, [f"{b['lo']}–{b['hi']}" if b["hi"] > b["lo"] else f"{b['lo']}" for b in bins],
+                      rotation=45, ha="right", fontsize=7)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("count range")
+    ax.set_ylabel("IID rounded exact accuracy")
+    seeds = len(chosen[0].fits) if chosen else 0
+    ax.set_title(f"Validation-selected ridge probe (mean, range over {seeds} seeds)", fontsize=9)
+    ax.legend(fontsize=7, title="location", title_fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def plot_layerwise(result: ProbeResult):
+    """Layerwise table as a plot: test rounded accuracy and R² per location (mean, min–max over seeds)."""
+    idx = np.array([loc.index for loc in result.locations])
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    for ax, key, label in zip(axes, ("test_rounded_acc", "r2"), ("test rounded exact accuracy", "test R²"), strict=True):
+        stats = np.array([loc.stat(key) for loc in result.locations])  # (locations, 3)
+        ax.plot(idx, stats[:, 0], marker="o", ms=3, color="C0", label="ridge (rounded)")
+        ax.fill_between(idx, stats[:, 1], stats[:, 2], color="C0", alpha=0.2, lw=0)
+        if key == "test_rounded_acc" and all(f.classifier for loc in result.locations for f in loc.fits):
+            clf = np.array([[f.classifier["test_acc"] for f in loc.fits] for loc in result.locations])
+            ax.plot(idx, clf.mean(axis=1), marker="s", ms=3, color="C1", label="multinomial classifier")
+            ax.fill_between(idx, clf.min(axis=1), clf.max(axis=1), color="C1", alpha=0.2, lw=0)
+            ax.legend(fontsize=7)
+        names = [loc.name for loc in result.locations]
+        if len(names) <= 6:  # few locations (the toy's attn_out, h): name them
+            ax.set_xticks(idx, names, fontsize=7)
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("location index (0 = embedding)" if "embed" in names else "location")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    fig.suptitle("Ridge probes per residual location", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_norm_sweep(result: NormSweepResult):
+    """Figure 8: each α's probe as a point (native ℓ2 norm, held-out rounded accuracy), colour = log10 of the
+    relative ridge coefficient; black stars = the unregularised probes, one per split seed."""
+    fig, ax = plt.subplots(figsize=(6.0, 4.0))
+    rel = np.concatenate([np.asarray(s.alpha_rel, dtype=np.float64) for s in result.seeds])
+    norms = np.concatenate([np.asarray(s.coef_norm, dtype=np.float64) for s in result.seeds])
+    acc = np.concatenate([np.asarray(s.heldout_rounded_acc, dtype=np.float64) for s in result.seeds])
+    points = ax.scatter(norms, acc, c=np.log10(np.maximum(rel, 1e-300)), cmap="viridis", s=16, zorder=2)
+    fig.colorbar(points, ax=ax, label="log10 relative ridge coefficient")
+    ax.scatter([s.unregularised_norm for s in result.seeds], [s.unregularised_acc for s in result.seeds],
+               marker="*", s=140, color="black", zorder=3, label="unregularised (α = 0, min-norm least squares)")
+    ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels collide when the norms span under a decade
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("native ℓ2 norm of the probe")
+    ax.set_ylabel("held-out rounded exact accuracy")
+    ax.set_title(f"Regularisation–norm trade-off at {result.location}", fontsize=9)
+    ax.legend(fontsize=7, loc="best")
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    return fig

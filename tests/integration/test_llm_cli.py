@@ -1,0 +1,142 @@
+"""``countlens llm capture`` / ``countlens llm prompts`` end to end on tiny models: bad input, resume, kill -9."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from countlens.cli import main
+from countlens.llm import acts_array, capture_meta, load_capture, read_meta
+from countlens.results import UsageError
+from tests.llm_fixtures import smollm2_tokenizer, tiny_models  # noqa: F401
+
+SMALL = ["--L", "12", "--counts", "0,3,12", "--pairs", "a/b", "--configs", "count", "--seeds", "0", "--quiet"]
+
+
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    code = main(["llm", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(code, err, *words):
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("countlens: error:"), err
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+def sorted_acts(path):
+    ds = load_capture(path)
+    order = np.lexsort((ds["config"], ds["pair"], ds["seed"], ds["n"], ds["m"]))
+    return acts_array(ds)[order], [ds["prompt"][i] for i in order]
+
+
+def test_capture_and_prompts_commands(tiny_models, tmp_path, capsys):  # noqa: F811
+    out = tmp_path / "cap"
+    code, text, _ = run_cli(capsys, "capture", "--model", str(tiny_models["gpt2"]), *SMALL, "--out", str(out))
+    assert code == 0 and "captured 3 prompts x 3 locations x 32 dims" in text
+    ds = load_capture(out)
+    assert sorted(ds["n"]) == [0, 3, 12] and capture_meta(ds)["architecture"] == "GPT2LMHeadModel"
+    assert all(n + m <= 12 for n, m in zip(ds["n"], ds["m"], strict=True))
+    code, text, _ = run_cli(capsys, "prompts", "--model", str(tiny_models["gpt2"]), "--show", "2", *SMALL[:-1])
+    assert code == 0 and text.count("assistant⟦\\n⟧") == 2 and "boundary_index=" in text
+    # rerunning a finished capture is a no-op that keeps the rows
+    code, _, _ = run_cli(capsys, "capture", "--model", str(tiny_models["gpt2"]), *SMALL, "--out", str(out))
+    assert code == 0 and len(load_capture(out)) == 3
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--model", "/nonexistent/model"], ["/nonexistent/model", "not found"]),
+    (["--model", "no-such-org/no-such-model-xyz"], ["cannot load model"]),
+    (["--gguf-file", "/nonexistent/x.gguf"], ["GGUF file", "not found"]),
+    (["--pairs", "1/0"], ["not one token", "--pairs"]),
+    (["--L", "1100", "--counts", "1100"], ["context is 1024", "lower --L"]),
+    (["--counts", "5:2"], ["--counts"]),
+    (["--batch-size", "0"], ["--batch-size"]),
+    (["--locations", "0:7"], ["--locations"]),
+])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tiny_models, tmp_path, capsys, argv, words):  # noqa: F811
+    base = ["--model", str(tiny_models["llama"]), "--pairs", "a/b", "--configs", "count", "--seeds", "0",
+            "--counts", "0:2", "--L", "8", "--quiet"]
+    code, _, err = run_cli(capsys, "capture", *base, *argv, "--out", str(tmp_path / "out"))
+    assert_one_line_error(code, err, *words)
+    assert not (tmp_path / "out").exists()
+
+
+def test_model_without_chat_template_needs_template_plain(tiny_models, tmp_path, capsys):  # noqa: F811
+    bare = tmp_path / "bare"
+    shutil.copytree(tiny_models["llama"], bare)
+    (bare / "chat_template.jinja").unlink(missing_ok=True)
+    config = json.loads((bare / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (bare / "tokenizer_config.json").write_text(json.dumps(config))
+    code, _, err = run_cli(capsys, "capture", "--model", str(bare), *SMALL, "--out", str(tmp_path / "o"))
+    assert_one_line_error(code, err, "--template plain")
+    assert not (tmp_path / "o").exists()
+    code, _, _ = run_cli(capsys, "capture", "--model", str(bare), *SMALL, "--template", "plain",
+                         "--out", str(tmp_path / "o"))
+    meta = read_meta(tmp_path / "o")
+    assert code == 0 and meta["settings"]["template"] == "plain" and meta["boundary"]["text"] == ":"
+    assert all(p.endswith("\nAnswer:") for p in load_capture(tmp_path / "o")["prompt"])
+
+
+def test_other_settings_refused_and_corrupted_shard_recomputed(tiny_models, tmp_path, capsys):  # noqa: F811
+    model = str(tiny_models["llama"])
+    out = tmp_path / "cap"
+    argv = ["capture", "--model", model, "--L", "40", "--counts", "0:40", "--pairs", "a/b,x/o,cat/dog",
+            "--configs", "count,tally", "--seeds", "0", "--batch-size", "32", "--quiet", "--out", str(out)]
+    assert run_cli(capsys, *argv)[0] == 0  # 246 prompts in one shard
+    reference, prompts = sorted_acts(out)
+    shards = sorted((out / "shards").iterdir())
+    meta_before = (out / "meta.json").read_text()
+    code, _, err = run_cli(capsys, *[a if a != "0:40" else "0:39" for a in argv])
+    assert_one_line_error(code, err, "other settings", "--out")
+    assert (out / "meta.json").read_text() == meta_before
+    # corrupt the arrow data of the first shard: loading reports it, a rerun recomputes it
+    arrow = next(shards[0].glob("*.arrow"))
+    arrow.write_bytes(b"not an arrow file" * 10)
+    with pytest.raises(UsageError, match="rerun"):
+        load_capture(out)
+    assert run_cli(capsys, *argv)[0] == 0
+    again, prompts_again = sorted_acts(out)
+    assert prompts_again == prompts
+    np.testing.assert_allclose(again, reference, atol=1e-6, rtol=0)
+
+
+def test_resume_after_kill_9_loses_nothing(tiny_models, tmp_path):  # noqa: F811
+    """A capture killed with SIGKILL after its first shard resumes to the same rows as an uninterrupted one."""
+    model = str(tiny_models["qwen2"])
+    argv = ["--model", model, "--L", "30", "--counts", "0:30", "--pairs", "a/b,x/o", "--configs",
+            "count,how-many", "--seeds", "0", "--shard-rows", "16", "--quiet"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    killed = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "countlens.cli", "llm", "capture", *argv, "--batch-size", "1", "--out", str(killed)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    first = killed / "shards" / "00000"
+    deadline = time.monotonic() + 240
+    while not first.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()[-2000:]
+    assert first.exists() and not read_meta(killed)["complete"]
+    n_before = len(list((killed / "shards").glob("[0-9]*")))
+    assert n_before < 8  # 124 prompts = 8 shards: the kill really interrupted the run
+    with pytest.raises(UsageError, match="unfinished"):
+        load_capture(killed)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    straight = tmp_path / "straight"
+    assert main(["llm", "capture", *argv, "--batch-size", "16", "--out", str(straight)]) == 0
+    a, pa = sorted_acts(killed)
+    b, pb = sorted_acts(straight)
+    assert len(pa) == 124 and pa == pb
+    np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)  # batch 1 vs 16: float rounding only

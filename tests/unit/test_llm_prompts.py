@@ -1,0 +1,115 @@
+"""Counting prompts: item counts, the boundary token, determinism, and bad settings."""
+
+import numpy as np
+import pytest
+from transformers import AutoTokenizer
+
+from countlens.llm.cli import parse_counts
+from countlens.llm.prompts import (
+    PromptSettings,
+    arrangement,
+    build_prompts,
+    mark_boundary,
+    parse_pairs,
+)
+from countlens.results import UsageError
+from tests.llm_fixtures import smollm2_tokenizer  # noqa: F401
+
+
+@pytest.fixture(scope="module")
+def tok(smollm2_tokenizer):  # noqa: F811
+    return AutoTokenizer.from_pretrained(str(smollm2_tokenizer))
+
+
+def _items_in(prompt_text: str) -> list[str]:
+    # every configuration writes the items space-separated after "Sequence:", "List:" or "items:"
+    for marker in ("Sequence:", "List:", "items:"):
+        if marker in prompt_text:
+            tail = prompt_text.split(marker, 1)[1]
+            return tail.split("\n")[0].split("<|im_end|>")[0].split()
+    raise AssertionError(prompt_text)
+
+
+def test_prompts_hold_exactly_n_targets_and_m_distractors(tok):
+    settings = PromptSettings(L=40, counts=[0, 1, 7, 40], per_count=2, seeds=[0, 1])
+    prompts = build_prompts(tok, settings)
+    assert len(prompts) == settings.n_prompts() == 4 * 2 * 4 * 3 * 2
+    for p in prompts:
+        target, distractor = p.pair.split("/")
+        items = _items_in(p.prompt)
+        assert items.count(target) == p.n and items.count(distractor) == p.m and len(items) == p.n + p.m
+        assert 0 <= p.m <= settings.L - p.n
+        assert p.ids == tok(p.prompt, add_special_tokens=False)["input_ids"]
+        assert p.boundary_index == p.n_tokens - 1
+        # SmolLM2's boundary: the newline after <|im_start|>assistant
+        assert p.prompt.endswith("<|im_start|>assistant\n") and tok.decode([p.ids[-1]]) == "\n"
+    assert all(p.m == 0 for p in prompts if p.n == 40)
+
+
+def test_arrangement_is_deterministic_and_distractors_cover_the_domain():
+    a = arrangement(3, 5, 0, 50)
+    assert np.array_equal(a, arrangement(3, 5, 0, 50)) and a.sum() == 5
+    ms = [len(arrangement(s, 10, 0, 50)) - 10 for s in range(400)]
+    assert min(ms) == 0 or min(ms) < 3
+    assert max(ms) > 35 and max(ms) <= 40
+    # different seeds shuffle differently
+    assert not all(np.array_equal(arrangement(s, 5, 0, 10), arrangement(0, 5, 0, 10)) for s in range(1, 6))
+
+
+def test_same_seed_shares_m_and_order_across_pairs_and_configs(tok):
+    prompts = build_prompts(tok, PromptSettings(L=30, counts=[4, 9], seeds=[2]))
+    by_count = {}
+    for p in prompts:
+        is_target = [w == p.pair.split("/")[0] for w in _items_in(p.prompt)]
+        by_count.setdefault(p.n, set()).add(tuple(is_target))
+    assert all(len(v) == 1 for v in by_count.values())
+
+
+def test_plain_template_ends_in_answer_colon(tok):
+    prompts = build_prompts(tok, PromptSettings(L=10, counts=[3], template="plain", configs=["count"]))
+    assert all(p.prompt.endswith("\nAnswer:") and "<|im_start|>" not in p.prompt for p in prompts)
+    assert tok.decode([prompts[0].ids[-1]]) == ":"
+    assert "⟦:⟧" in mark_boundary(tok, prompts[0])
+
+
+def test_marked_boundary_shows_the_newline(tok):
+    p = build_prompts(tok, PromptSettings(L=5, counts=[2], configs=["count"], pairs=[["a", "b"]], seeds=[0]))[0]
+    assert mark_boundary(tok, p).endswith("assistant⟦\\n⟧")
+
+
+@pytest.mark.parametrize("kwargs, fix", [
+    (dict(counts=[0, 300]), "--counts"),
+    (dict(L=0), "--L"),
+    (dict(per_count=0), "--per-count"),
+    (dict(configs=["nope"]), "--configs"),
+    (dict(pairs=[["a", "a"]]), "pair"),
+    (dict(template="jinja"), "--template"),
+    (dict(seeds=[]), "--seeds"),
+])
+def test_bad_settings_name_the_flag(kwargs, fix):
+    with pytest.raises(UsageError, match=fix):
+        PromptSettings(**kwargs).validate()
+
+
+def test_multi_token_item_is_refused(tok):
+    with pytest.raises(UsageError, match="not one token"):
+        build_prompts(tok, PromptSettings(L=5, counts=[1], pairs=[["1", "0"]]))
+    with pytest.raises(UsageError, match="not one token"):
+        build_prompts(tok, PromptSettings(L=5, counts=[1], pairs=[["a", "elephantine"]]))
+
+
+def test_model_without_chat_template_needs_plain(tok):
+    bare = AutoTokenizer.from_pretrained(tok.name_or_path)
+    bare.chat_template = None
+    with pytest.raises(UsageError, match="--template plain"):
+        build_prompts(bare, PromptSettings(L=5, counts=[1]))
+
+
+def test_parsers():
+    assert parse_counts("0:3,10,98:100") == [0, 1, 2, 3, 10, 98, 99, 100]
+    assert parse_pairs("a/b, cat/dog") == [["a", "b"], ["cat", "dog"]]
+    for bad in ("3:1", "x", ""):
+        with pytest.raises(UsageError, match="--counts"):
+            parse_counts(bad)
+    with pytest.raises(UsageError, match="--pairs"):
+        parse_pairs("a-b")

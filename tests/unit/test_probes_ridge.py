@@ -1,0 +1,150 @@
+"""ridge_path and the probe estimators against scikit-learn and numpy.linalg.lstsq."""
+
+import numpy as np
+import pytest
+from countlens.probes.metrics import rounded_accuracy
+from countlens.probes.ridge import (
+    RidgePathProbe,
+    RidgeProbe,
+    _solve_eigen_gram,
+    _solve_svd,
+    native_ridge_path,
+    ridge_path,
+)
+from sklearn.base import clone
+from sklearn.linear_model import Ridge
+from sklearn.metrics import r2_score
+from sklearn.model_selection import cross_val_score
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+ALPHAS = np.array([1e-6, 1e-3, 0.1, 1.0, 10.0, 1e3, 1e5])
+# Shapes on both sides of n = d (n > d: thin SVD; n <= d: Gram eigendecomposition), square included.
+SHAPES = [(40, 5), (200, 30), (31, 30), (30, 30), (30, 31), (12, 60), (3, 20), (2, 7)]
+
+
+def _design(n, d, seed):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d)) * rng.uniform(0.2, 5.0, size=d) + rng.normal(size=d) * 3
+    y = X @ rng.normal(size=d) + rng.normal(size=n) + 7.0
+    return X, y
+
+
+def _rel(a, b):
+    return np.linalg.norm(np.asarray(a) - np.asarray(b)) / max(np.linalg.norm(b), 1e-300)
+
+
+@pytest.mark.parametrize("n,d", SHAPES)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_ridge_path_matches_sklearn_ridge(n, d, seed):
+    X, y = _design(n, d, seed)
+    coefs, intercepts = ridge_path(X, y, ALPHAS)
+    assert coefs.shape == (len(ALPHAS), d) and intercepts.shape == (len(ALPHAS),)
+    for i, alpha in enumerate(ALPHAS):
+        ref = Ridge(alpha=alpha, solver="svd").fit(X, y)
+        assert _rel(coefs[i], ref.coef_) < 1e-8, (n, d, alpha)
+        assert abs(intercepts[i] - ref.intercept_) <= 1e-8 * max(1.0, abs(ref.intercept_))
+
+
+@pytest.mark.parametrize("n,d", [(200, 30), (40, 5), (12, 60), (3, 20)])
+def test_ridge_path_matches_sklearn_default_solver(n, d):
+    # Away from n = d the default (Cholesky) solver is accurate to 1e-8 too; at n = d its kernel-form solve
+    # loses digits at small alpha, so the square shapes are checked against the SVD solver above.
+    X, y = _design(n, d, 3)
+    coefs, intercepts = ridge_path(X, y, ALPHAS[1:])
+    for i, alpha in enumerate(ALPHAS[1:]):
+        ref = Ridge(alpha=alpha).fit(X, y)
+        assert _rel(coefs[i], ref.coef_) < 1e-8
+        assert abs(intercepts[i] - ref.intercept_) <= 1e-8 * max(1.0, abs(ref.intercept_))
+
+
+@pytest.mark.parametrize("n,d", SHAPES)
+def test_alpha_zero_is_minimum_norm_least_squares(n, d):
+    X, y = _design(n, d, 5)
+    coefs, intercepts = ridge_path(X, y, [0.0])
+    Xc, yc = X - X.mean(axis=0), y - y.mean()
+    ref = np.linalg.lstsq(Xc, yc, rcond=None)[0]
+    assert _rel(coefs[0], ref) < 1e-8
+    assert abs(intercepts[0] - (y.mean() - X.mean(axis=0) @ ref)) < 1e-8 * max(1.0, abs(y.mean()))
+
+
+@pytest.mark.parametrize("n", [50, 10])
+def test_alpha_zero_rank_deficient_design_gives_minimum_norm(n):
+    # Duplicated columns: infinitely many least-squares solutions; the minimum-norm one splits weight equally.
+    rng = np.random.default_rng(2)
+    base = rng.normal(size=(n, 4))
+    X = np.hstack([base, base[:, :2]])  # (n, 6), rank 4
+    y = base @ np.array([1.0, 2.0, -1.0, 0.5]) + 3.0
+    coefs, _ = ridge_path(X, y, [0.0])
+    ref = np.linalg.lstsq(X - X.mean(0), y - y.mean(), rcond=None)[0]
+    assert _rel(coefs[0], ref) < 1e-8
+    if n > 6:  # exact fit exists: weight on the duplicated pair is shared
+        np.testing.assert_allclose(coefs[0][[0, 1]], coefs[0][[4, 5]], rtol=1e-8)
+
+
+@pytest.mark.parametrize("n,d", [(60, 20), (20, 60)])
+def test_both_solvers_agree(n, d):
+    X, y = _design(n, d, 7)
+    Xc, yc = X - X.mean(0), y - y.mean()
+    alphas = np.array([0.0, 1e-4, 1.0, 100.0])
+    np.testing.assert_allclose(_solve_svd(Xc, yc, alphas), _solve_eigen_gram(Xc, yc, alphas), rtol=1e-7, atol=1e-9)
+
+
+def test_ridge_path_rejects_bad_alphas_and_shapes():
+    X, y = _design(10, 3, 0)
+    for bad in ([-1.0], [np.nan], []):
+        with pytest.raises(ValueError):
+            ridge_path(X, y, bad)
+    with pytest.raises(ValueError):
+        ridge_path(X, y[:-1], [1.0])
+
+
+def test_native_ridge_path_undoes_standardisation():
+    X, y = _design(80, 6, 11)
+    X[:, 2] = 4.0  # a constant dimension keeps scale 1 (as StandardScaler does)
+    coefs, intercepts, alpha_rel = native_ridge_path(X, y, [0.5, 20.0], standardize=True)
+    for i, alpha in enumerate([0.5, 20.0]):
+        pipe = make_pipeline(StandardScaler(), Ridge(alpha=alpha, solver="svd")).fit(X, y)
+        native = pipe[-1].coef_ / pipe[0].scale_
+        assert _rel(coefs[i], native) < 1e-8
+        np.testing.assert_allclose(X @ coefs[i] + intercepts[i], pipe.predict(X), rtol=1e-10, atol=1e-8)
+    # relative alpha = alpha / mean eigenvalue of ZcᵀZc; 5 non-constant standardised columns of variance 1
+    np.testing.assert_allclose(alpha_rel, np.array([0.5, 20.0]) / (80 * 5 / 6), rtol=1e-12)
+
+
+def test_ridge_probe_is_a_sklearn_estimator():
+    X, y = _design(60, 8, 4)
+    probe = RidgeProbe(alpha=2.0, standardize=False).fit(X, y)
+    ref = Ridge(alpha=2.0, solver="svd").fit(X, y)
+    assert _rel(probe.coef_, ref.coef_) < 1e-8 and probe.alpha_ == 2.0
+    assert probe.score(X, y) == pytest.approx(r2_score(y, ref.predict(X)), rel=1e-10)
+    copy = clone(RidgeProbe(alpha=3.0))
+    assert copy.get_params() == {"alpha": 3.0, "standardize": True} and not hasattr(copy, "coef_")
+    scores = cross_val_score(make_pipeline(StandardScaler(), RidgeProbe(alpha=1.0)), X, y, cv=3)
+    assert scores.shape == (3,) and np.all(scores > 0.5)
+
+
+def test_ridge_path_probe_selects_like_a_loop_of_ridge_fits():
+    rng = np.random.default_rng(9)
+    n_rows, d = 300, 12
+    counts = rng.integers(0, 40, size=n_rows).astype(float)
+    X = np.outer(counts, rng.normal(size=d)) * 0.3 + rng.normal(size=(n_rows, d)) * 0.4
+    X_fit, y_fit, X_val, y_val = X[:200], counts[:200], X[200:], counts[200:]
+    alphas = np.logspace(-3, 4, 15)
+    probe = RidgePathProbe(alphas=alphas, standardize=False).fit(X_fit, y_fit, X_val=X_val, y_val=y_val)
+    # brute force: one sklearn fit per alpha, best validation rounded accuracy, ties by validation MSE
+    scored = []
+    for alpha in alphas:
+        pred = Ridge(alpha=alpha, solver="svd").fit(X_fit, y_fit).predict(X_val)
+        scored.append((-rounded_accuracy(y_val, pred), np.mean((pred - y_val) ** 2), alpha))
+    best = min(scored)
+    assert probe.alpha_ == best[2]
+    assert probe.val_rounded_acc_.max() == pytest.approx(-best[0])
+    ref = Ridge(alpha=best[2], solver="svd").fit(X_fit, y_fit)  # explicit validation data: no refit
+    assert _rel(probe.coef_, ref.coef_) < 1e-8
+    # internal split + refit on all rows at the selected alpha
+    auto = RidgePathProbe(alphas=alphas, standardize=False, random_state=1).fit(X, counts)
+    assert _rel(auto.coef_, Ridge(alpha=auto.alpha_, solver="svd").fit(X, counts).coef_) < 1e-8
+    assert clone(auto).get_params()["random_state"] == 1
+    with pytest.raises(ValueError):
+        RidgePathProbe(selection="gcv").fit(X, counts)

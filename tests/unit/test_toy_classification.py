@@ -1,0 +1,155 @@
+"""The classification read-out: bounded-norm construction, winning gaps, storage cost, arc angle."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from countlens.toy import model
+from countlens.toy.check import full_domain_check
+from countlens.toy.classification import (
+    arc_angle,
+    classifier_construction,
+    classifier_norm_bound,
+    min_gap_by_count,
+    storage_cost,
+)
+from countlens.toy.model import VARIANTS, ToyConfig
+
+from countlens.results import UsageError
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """The toy's tensors are small; a second torch thread only adds contention on a shared machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _scores_loop(cfg: ToyConfig, p, n: int, m: int) -> np.ndarray:
+    """Class scores for one pair from explicit attention over a token sequence (numpy)."""
+    P = {k: v.numpy() for k, v in p.tensors().items()}
+
+    def ln(v):
+        c = v - v.mean()
+        return c / np.sqrt((c * c).mean())
+
+    def embed(x):
+        if cfg.ln_place != "pre":
+            return x
+        return P["gamma"] * ln(x) + P["beta"] if cfg.ln_learned else ln(x)
+
+    seq = np.stack([embed(P["x_b"])] + [embed(P["x_s"])] * n + [embed(P["x_l"])] * m)
+    s = cfg.tau * seq @ seq[0]
+    if cfg.attention == "softmax":
+        w = np.exp(s - s.max())
+        o = (w / w.sum()) @ seq
+    else:
+        o = s @ seq
+    if cfg.ln_place == "post":
+        o = P["gamma"] * ln(o) + P["beta"] if cfg.ln_learned else ln(o)
+    return P["U"] @ o + P["c"]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("d", [3, 16])
+def test_construction_counts_with_unit_norms(variant, d):
+    for L in (1, 2, 7, 40):
+        cfg = ToyConfig(variant, d, L, readout="classification")
+        p = classifier_construction(cfg)
+        check = full_domain_check(cfg, p)
+        assert check.passed, (variant, d, L, check.worst_error, check.worst_pair)
+        assert p.max_norm() <= classifier_norm_bound(cfg) + 1e-12
+
+
+@pytest.mark.parametrize("variant", ["softmax", "softmax-postln-bare", "softmax-preln-bare", "linear"])
+def test_construction_argmax_by_explicit_attention(variant):
+    cfg = ToyConfig(variant, 5, 9, readout="classification")
+    p = classifier_construction(cfg)
+    for n, m in itertools.product(range(10), range(10)):
+        if n + m <= 9:
+            assert int(np.argmax(_scores_loop(cfg, p, n, m))) == n
+
+
+def test_min_gap_by_count_matches_a_loop():
+    cfg = ToyConfig("softmax-postln-learned", 4, 11, readout="classification")
+    p = model.init_params(cfg, seed=5, scale=3.0)
+    expected = []
+    for n in range(12):
+        gaps = []
+        for m in range(12 - n):
+            s = _scores_loop(cfg, p, n, m)
+            gaps.append(s[n] - np.max(np.delete(s, n)))
+        expected.append(min(gaps))
+    got = min_gap_by_count(cfg, p, chunk=50)  # small chunks: several blocks
+    assert np.allclose(got, expected, rtol=1e-9, atol=1e-12)
+
+
+def test_construction_gap_is_the_closed_form():
+    """Softmax: gap λ_b / (L² s) at every pair, s the read-out's normalisation (its largest raw row norm);
+    linear: the constant 1 / (L² s), with s = (1 + 2/L) / |c_L| read off the last class bias."""
+    L = 30
+    n, m = model.full_domain(L)
+    k = torch.arange(L + 1, dtype=torch.float64) / L
+    cfg = ToyConfig("linear", 8, L, readout="classification")
+    p = classifier_construction(cfg)
+    gap = model.winning_gap(model.forward(cfg, p, n, m), n)
+    s = (1 + 2 / L) / abs(float(p.c[-1]))
+    assert torch.allclose(gap, torch.full_like(gap, 1.0 / (L * L * s)), rtol=1e-8)
+
+    cfg = ToyConfig("softmax", 8, L, readout="classification")
+    p = classifier_construction(cfg)
+    gap = model.winning_gap(model.forward(cfg, p, n, m), n)
+    lam = model.mixing_weights(cfg, model.token_vectors(cfg, p), n, m)  # (P, 3)
+    one = int(((n == 1) & (m == 0)).nonzero())
+    a = float(lam[one, 0] / lam[one, 1])  # λ_b / λ_s at (1, 0) is a / 1
+    s = max(1.0, float(torch.sqrt((2 * k * a / L) ** 2 + k**4).max()))
+    assert torch.allclose(gap, lam[:, 0] / (L * L * s), rtol=1e-7)
+
+
+def test_storage_cost_counts_the_tensors():
+    d, L = 16, 40
+    cfg = ToyConfig("softmax-postln-learned", d, L, readout="classification")
+    p = classifier_construction(cfg)
+    reg = model.init_params(ToyConfig("softmax-postln-learned", d, L))
+    cost = storage_cost(d, L, ln_learned=True)
+    assert cost["classification_readout"] == p.U.numel() + p.c.numel()
+    assert cost["regression_readout"] == reg.w.numel() + reg.b0.numel()
+    assert cost["classification_total"] == sum(t.numel() for t in p.tensors().values())
+    assert cost["regression_total"] == sum(t.numel() for t in reg.tensors().values())
+
+
+def test_arc_angle_is_the_largest_pairwise_angle():
+    cfg = ToyConfig("softmax", 5, 15)
+    p = model.init_params(cfg, seed=2, scale=2.0)
+    n = torch.arange(16, dtype=torch.float64)
+    o = model.attention_output(cfg, p, n, torch.zeros_like(n)).numpy()
+    v = o - o.mean(1, keepdims=True)
+    best = 0.0
+    for i in range(16):
+        for j in range(16):
+            c = v[i] @ v[j] / (np.linalg.norm(v[i]) * np.linalg.norm(v[j]))
+            best = max(best, float(np.arccos(np.clip(c, -1, 1))))
+    assert arc_angle(cfg, p) == pytest.approx(best, abs=1e-7)
+
+
+def test_construction_needs_three_dimensions():
+    with pytest.raises(UsageError, match="--d >= 3"):
+        classifier_construction(ToyConfig("softmax", 2, 5, readout="classification"))
+    with pytest.raises(UsageError, match="classification"):
+        min_gap_by_count(ToyConfig("softmax", 4, 5), model.init_params(ToyConfig("softmax", 4, 5)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["softmax", "softmax-postln-learned"])
+def test_construction_passes_at_L1000_with_norms_at_most_one(variant):
+    """Issue 3's done criterion: the classifier counts at L = 1,000 with every vector's norm <= 1."""
+    cfg = ToyConfig(variant, 16, 1000, readout="classification")
+    p = classifier_construction(cfg)
+    check = full_domain_check(cfg, p)
+    assert check.passed and check.max_norm <= 1.0 + 1e-12
+    assert check.min_gap > 0

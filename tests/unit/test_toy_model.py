@@ -1,0 +1,126 @@
+"""The toy model on count pairs equals explicit attention over real, shuffled token sequences (SPEC §1)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from countlens.results import UsageError
+from countlens.toy.model import (
+    DTYPE,
+    VARIANTS,
+    ToyConfig,
+    ToyParams,
+    count_error,
+    forward,
+    full_domain,
+    init_params,
+    layer_norm,
+    winning_gap,
+)
+
+
+def random_params(cfg: ToyConfig, seed: int, scale: float = 2.0) -> ToyParams:
+    p = init_params(cfg, seed=seed, scale=scale)
+    g = torch.Generator().manual_seed(1000 + seed)
+    if cfg.ln_learned:  # not the identity LN: random gain and bias
+        p.gamma = 1.0 + torch.randn(cfg.d, generator=g, dtype=DTYPE)
+        p.beta = torch.randn(cfg.d, generator=g, dtype=DTYPE)
+    if cfg.readout == "regression":
+        p.b0 = torch.randn((), generator=g, dtype=DTYPE)
+    else:
+        p.c = torch.randn(cfg.L + 1, generator=g, dtype=DTYPE)
+    return p
+
+
+def explicit_attention(cfg: ToyConfig, p: ToyParams, n: int, m: int, rng: np.random.Generator) -> torch.Tensor:
+    """Run one attention layer over an explicit shuffled sequence b, s*n, l*m; read out at the boundary."""
+    kinds = np.array([0] + [1] * n + [2] * m)
+    rng.shuffle(kinds)  # any order: no positional encodings
+    emb = torch.stack([p.x_b, p.x_s, p.x_l])[torch.as_tensor(kinds)]  # (T, d)
+    if cfg.ln_place == "pre":
+        centred = emb - emb.mean(dim=1, keepdim=True)
+        emb = centred / torch.sqrt((centred**2).mean(dim=1, keepdim=True))
+        if cfg.ln_learned:
+            emb = p.gamma * emb + p.beta
+    b_pos = int(np.flatnonzero(kinds == 0)[0])
+    query = emb[b_pos]
+    scores = cfg.tau * (emb @ query)  # (T,)
+    weights = torch.softmax(scores, dim=0) if cfg.attention == "softmax" else scores
+    o = weights @ emb  # (d,)
+    if cfg.ln_place == "post":
+        centred = o - o.mean()
+        o = centred / torch.sqrt((centred**2).mean())
+        if cfg.ln_learned:
+            o = p.gamma * o + p.beta
+    if cfg.readout == "regression":
+        return o @ p.w + p.b0
+    return p.U @ o + p.c
+
+
+PAIRS = [(0, 0), (1, 0), (0, 1), (3, 2), (7, 0), (0, 7), (5, 5), (12, 3)]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("readout", ["regression", "classification"])
+def test_pairs_equal_explicit_sequences(variant, readout):
+    rng = np.random.default_rng(0)
+    for seed in range(3):
+        cfg = ToyConfig(variant, d=6, L=15, readout=readout)
+        p = random_params(cfg, seed)
+        n = torch.tensor([a for a, _ in PAIRS], dtype=DTYPE)
+        m = torch.tensor([b for _, b in PAIRS], dtype=DTYPE)
+        fast = forward(cfg, p, n, m)
+        for i, (a, b) in enumerate(PAIRS):
+            want = explicit_attention(cfg, p, a, b, rng)
+            torch.testing.assert_close(fast[i], want, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("variant", ["softmax", "softmax-postln-learned", "softmax-preln-learned"])
+def test_large_norms_stay_exact(variant):
+    """Norms near 1e4 give scores near 1e8; the count-pair form must still match explicit attention."""
+    rng = np.random.default_rng(1)
+    cfg = ToyConfig(variant, d=5, L=40)
+    p = random_params(cfg, seed=3, scale=1e4)
+    n = torch.tensor([0.0, 1.0, 17.0, 3.0, 40.0], dtype=DTYPE)
+    m = torch.tensor([0.0, 9.0, 2.0, 30.0, 0.0], dtype=DTYPE)
+    out = forward(cfg, p, n, m)
+    assert torch.all(torch.isfinite(out))
+    for i in range(len(n)):
+        want = explicit_attention(cfg, p, int(n[i]), int(m[i]), rng)
+        torch.testing.assert_close(out[i], want, rtol=1e-9, atol=1e-6 * float(want.abs()) + 1e-9)
+
+
+def test_full_domain_enumerates_each_pair_once():
+    n, m = full_domain(7)
+    pairs = set(zip(n.tolist(), m.tolist()))
+    assert len(pairs) == len(n) == 8 * 9 // 2
+    assert pairs == {(a, b) for a in range(8) for b in range(8) if a + b <= 7}
+
+
+def test_layer_norm_matches_definition():
+    v = torch.tensor([[1.0, 2.0, 4.0, 9.0]], dtype=DTYPE)
+    mu, sd = 4.0, math.sqrt(((1 - 4) ** 2 + (2 - 4) ** 2 + 0 + 25) / 4)
+    torch.testing.assert_close(layer_norm(v), (v - mu) / sd)
+
+
+def test_count_error_and_winning_gap():
+    cfg = ToyConfig("linear", d=4, L=3, readout="classification")
+    p = random_params(cfg, 0)
+    n, m = full_domain(3)
+    scores = forward(cfg, p, n, m)
+    gap = winning_gap(scores, n)
+    for i in range(len(n)):
+        s = scores[i].clone()
+        true = float(s[int(n[i])])
+        s[int(n[i])] = -math.inf
+        assert float(gap[i]) == pytest.approx(true - float(s.max()))
+    torch.testing.assert_close(count_error(cfg, p, n, m), -gap)
+
+
+def test_bad_config_is_a_usage_error():
+    with pytest.raises(UsageError):
+        ToyConfig("softmax-postln", d=4, L=3)
+    with pytest.raises(UsageError):
+        ToyConfig("softmax", d=4, L=0)

@@ -1,0 +1,205 @@
+"""The toy trainer: loss, projection, split, logged quantities, checkpoints, divergence, convergence."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from countlens.toy import model
+from countlens.toy.model import ToyConfig, ToyParams
+from countlens.toy.train import (
+    TrainConfig,
+    Trainer,
+    TrainingDiverged,
+    exact_accuracy,
+    log_score_scale,
+    loss_fn,
+    project_to_cap,
+    spacing_ratio,
+    split_domain,
+    train,
+)
+
+from countlens.results import UsageError
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """The toy's tensors are small; a second torch thread only adds contention on a shared machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _explicit_outputs(cfg: ToyConfig, p: ToyParams, pairs: list[tuple[int, int]]) -> np.ndarray:
+    """Read-out for each (n, m) by explicit attention over a real token sequence (numpy, one at a time)."""
+    P = {k: v.detach().numpy() for k, v in p.tensors().items()}
+
+    def ln(v):
+        c = v - v.mean()
+        return c / np.sqrt((c * c).mean())
+
+    def embed(x):
+        if cfg.ln_place != "pre":
+            return x
+        return P["gamma"] * ln(x) + P["beta"] if cfg.ln_learned else ln(x)
+
+    outs = []
+    for n, m in pairs:
+        seq = np.stack([embed(P["x_b"])] + [embed(P["x_s"])] * n + [embed(P["x_l"])] * m)  # (T, d)
+        s = cfg.tau * seq @ seq[0]
+        if cfg.attention == "softmax":
+            wts = np.exp(s - s.max())
+            o = (wts / wts.sum()) @ seq
+        else:
+            o = s @ seq
+        if cfg.ln_place == "post":
+            o = P["gamma"] * ln(o) + P["beta"] if cfg.ln_learned else ln(o)
+        outs.append(o @ P["w"] + P["b0"] if cfg.readout == "regression" else P["U"] @ o + P["c"])
+    return np.array(outs)
+
+
+def test_split_is_disjoint_complete_and_seeded():
+    tr, te = split_domain(12, 0.25, seed=4)
+    P = 13 * 14 // 2
+    assert len(te) == round(0.25 * P) and len(tr) + len(te) == P
+    assert sorted(tr.tolist() + te.tolist()) == list(range(P))
+    tr2, te2 = split_domain(12, 0.25, seed=4)
+    assert torch.equal(te, te2) and not torch.equal(te, split_domain(12, 0.25, seed=5)[1])
+
+
+def test_projection_caps_every_vector_and_keeps_directions():
+    cfg = ToyConfig("softmax-postln-learned", 5, 6, readout="classification")
+    p = model.init_params(cfg, seed=1, scale=10.0)
+    p.c = torch.linspace(-20, 20, 7, dtype=torch.float64)
+    before = {k: v.clone() for k, v in p.tensors().items()}
+    project_to_cap(p, 3.0)
+    for name, t in p.tensors().items():
+        b = before[name]
+        rows = t.reshape(-1, t.shape[-1]) if name == "U" else (t.reshape(-1, 1) if name == "c" else t.reshape(1, -1))
+        rows_b = b.reshape(rows.shape)
+        for r, rb in zip(rows, rows_b, strict=True):
+            nb = float(torch.linalg.vector_norm(rb))
+            assert float(torch.linalg.vector_norm(r)) <= 3.0 + 1e-12
+            expected = rb if nb <= 3.0 else rb * (3.0 / nb)  # the closest point of the ball
+            assert torch.allclose(r, expected, atol=1e-12)
+
+
+def test_losses_match_explicit_attention():
+    pairs = [(0, 0), (3, 1), (1, 4), (5, 0), (2, 2)]
+    n = torch.tensor([a for a, _ in pairs], dtype=torch.float64)
+    m = torch.tensor([b for _, b in pairs], dtype=torch.float64)
+    for variant in ("softmax", "softmax-postln-learned", "linear"):
+        cfg = ToyConfig(variant, 4, 6)
+        p = model.init_params(cfg, seed=2)
+        y = _explicit_outputs(cfg, p, pairs)
+        assert float(loss_fn(cfg, p, n, m)) == pytest.approx(np.mean((y - n.numpy()) ** 2), rel=1e-10)
+        cfgc = ToyConfig(variant, 4, 6, readout="classification")
+        pc = model.init_params(cfgc, seed=2)
+        s = _explicit_outputs(cfgc, pc, pairs)  # (P, 7)
+        lse = np.log(np.exp(s - s.max(1, keepdims=True)).sum(1)) + s.max(1)
+        ce = np.mean(lse - s[np.arange(len(pairs)), n.long().numpy()])
+        assert float(loss_fn(cfgc, pc, n, m)) == pytest.approx(ce, rel=1e-10)
+
+
+def test_logged_quantities_match_direct_computation():
+    cfg = ToyConfig("softmax-preln-learned", 6, 30)
+    p = model.init_params(cfg, seed=7, scale=2.0)
+    z = model.token_vectors(cfg, p).detach().numpy()
+    assert log_score_scale(cfg, p) == pytest.approx(cfg.tau * (z[0] @ z[0] - z[0] @ z[1]), rel=1e-12)
+    # spacing ratio by an explicit loop over counts, windows 1..3 and 27..29 (w = round(30/10) = 3)
+    h = [model.boundary_representation(cfg, p, torch.tensor([float(k)], dtype=torch.float64),
+                                       torch.zeros(1, dtype=torch.float64))[0].detach().numpy() for k in range(31)]
+    gap = [np.linalg.norm(h[k + 1] - h[k]) for k in range(30)]
+    assert spacing_ratio(cfg, p) == pytest.approx(np.mean(gap[27:30]) / np.mean(gap[1:4]), rel=1e-10)
+
+
+def test_training_counts_exactly_at_tiny_L_and_reports_true_metrics():
+    cfg = ToyConfig("softmax", 8, 12)
+    r = train(cfg, TrainConfig(steps=200, seed=0, log_every=10, stop_when_passed=True))
+    assert r.passed and r.stopped_early and r.steps_run < 200
+    c, p = r.toy()
+    n, m = model.full_domain(12)
+    pairs = list(zip(n.long().tolist(), m.long().tolist(), strict=True))
+    err = np.abs(_explicit_outputs(c, p, pairs) - n.numpy())
+    assert r.full_domain_worst_error == pytest.approx(err.max(), rel=1e-9)
+    assert r.full_domain_worst_error < 0.5
+    _, te = split_domain(12, 0.2, seed=0)
+    assert r.test_exact_accuracy == pytest.approx(float(np.mean(err[te.numpy()] < 0.5)))
+    assert r.max_norm == pytest.approx(max(p.vector_norms().values()))
+    assert [e["step"] for e in r.log] == list(range(0, r.steps_run + 1, 10))
+
+
+def test_cap_holds_at_every_logged_step():
+    cfg = ToyConfig("softmax-postln-bare", 6, 10)
+    r = train(cfg, TrainConfig(steps=30, seed=1, cap=2.5, log_every=3))
+    assert all(e["max_norm"] <= 2.5 + 1e-12 for e in r.log)
+    assert r.toy()[1].max_norm() <= 2.5 + 1e-12
+
+
+def test_classification_training_runs_and_accuracy_is_argmax():
+    cfg = ToyConfig("softmax", 6, 8, readout="classification")
+    r = train(cfg, TrainConfig(steps=40, seed=0, log_every=20))
+    c, p = r.toy()
+    n, m = model.full_domain(8)
+    scores = _explicit_outputs(c, p, list(zip(n.long().tolist(), m.long().tolist(), strict=True)))  # (P, 9)
+    _, te = split_domain(8, 0.2, seed=0)
+    acc = np.mean(scores[te.numpy()].argmax(1) == n.numpy()[te.numpy()])
+    assert r.test_exact_accuracy == pytest.approx(acc)
+    assert exact_accuracy(c, p, n, m) == pytest.approx(np.mean(scores.argmax(1) == n.numpy()))
+
+
+@pytest.mark.parametrize("optimizer", ["lbfgs", "adam-minibatch"])
+def test_resume_from_checkpoint_is_bit_exact(tmp_path, optimizer):
+    cfg = ToyConfig("softmax-postln-learned", 6, 10)
+    kw = dict(optimizer=optimizer, seed=3, log_every=5, batch_size=16)
+    straight = train(cfg, TrainConfig(steps=24, **kw))
+    ck = tmp_path / "run.ckpt"
+    first = train(cfg, TrainConfig(steps=11, **kw), checkpoint=ck, checkpoint_every=4)
+    assert first.steps_run == 11 and ck.exists()
+    resumed = train(cfg, TrainConfig(steps=24, **kw), checkpoint=ck, checkpoint_every=4)
+    assert resumed.params == straight.params
+    assert resumed.log[-1]["loss"] == straight.log[-1]["loss"]
+
+
+def test_checkpoint_from_another_run_is_refused(tmp_path):
+    ck = tmp_path / "run.ckpt"
+    train(ToyConfig("softmax", 4, 6), TrainConfig(steps=3, seed=0), checkpoint=ck)
+    with pytest.raises(UsageError, match="different run"):
+        train(ToyConfig("softmax", 4, 7), TrainConfig(steps=3, seed=0), checkpoint=ck)
+    ck.write_bytes(b"not a checkpoint")
+    with pytest.raises(UsageError, match="cannot be read"):
+        train(ToyConfig("softmax", 4, 6), TrainConfig(steps=3, seed=0), checkpoint=ck)
+
+
+def test_divergence_is_reported_with_its_step():
+    with pytest.raises(TrainingDiverged) as info:
+        train(ToyConfig("softmax", 4, 6), TrainConfig(optimizer="adam", lr=1e200, steps=20, seed=0))
+    assert 1 <= info.value.step <= 20 and "nan" in str(info.value).lower() or "inf" in str(info.value).lower()
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"steps": 0}, "steps"), ({"optimizer": "sgd"}, "optimizer"), ({"cap": 0.0}, "cap"),
+    ({"cap": math.inf}, "cap"), ({"lr": -1.0}, "lr"), ({"test_fraction": 1.0}, "test-fraction"),
+])
+def test_bad_train_config_is_a_usage_error(kw, match):
+    with pytest.raises(UsageError, match=match):
+        TrainConfig(**kw)
+
+
+def test_trainer_refuses_a_domain_too_small_to_split():
+    with pytest.raises(UsageError, match="too few"):
+        Trainer(ToyConfig("softmax", 4, 1), TrainConfig(test_fraction=0.9))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["softmax", "softmax-postln-learned"])
+def test_done_criterion_regression_counts_at_L50_for_three_seeds(variant):
+    """Issue 3's done criterion: L-BFGS from random init, d = 16, L = 50, seeds 0, 1, 2."""
+    for seed in range(3):
+        r = train(ToyConfig(variant, 16, 50), TrainConfig(steps=1000, seed=seed, log_every=10,
+                                                           stop_when_passed=True))
+        assert r.passed and r.full_domain_worst_error < 0.5, (variant, seed, r.full_domain_worst_error)

@@ -1,0 +1,334 @@
+"""Norm budgets: ``b_min(L)``, its inverse ``l_max(B)``, rate fits, ``L_cap(d)`` and Table 3's "constr." column.
+
+``b_min(variant, L, d)`` is the largest per-vector norm of the best construction found at ``L`` (a search over
+the family's free scalars, then the full-domain check): an upper bound on the true ``B_min``. ``l_max`` inverts
+it by bisection on the letter-free-slice estimate and verifies the answer on the full domain.
+
+``L_cap(d)`` of ``softmax-preln-bare`` is bracketed from both sides: ``l_cap`` is the longest length at which a
+construction passes the full check, and ``l_infeasible`` the shortest length at which *no* parameters of any
+norm can count, by this argument. Bare pre-LN puts every ``z_t`` on the sphere ``|z| = sqrt(d)``, so
+``s_b - s_s = τ z_b·(z_b - z_s) <= 2τd`` and ``a = e^{s_b - s_s} <= A = e^{2τd}``. On the letter-free slice
+``ŷ(n) = b0' + D n / (a + n)``. If the errors ``e(n) = ŷ(n) - n`` at ``n = 0, k, L`` are all below 1/2, then
+``(L-k) e(0) - L e(k) + k e(L) = D kL(L-k) / ((a+k)(a+L))`` is below ``L`` and ``e(L) - e(0) > -1`` gives
+``D > (L-1)(a+L)/L``; together ``a > k((L-1)(L-k)/L - 1)``. Once that exceeds ``A`` for some ``k``, length
+``L`` (and every longer one, whose domain contains it) is infeasible.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from countlens.results import UsageError
+from countlens.toy.constructions import (
+    Construction,
+    best_construction,
+    construct,
+    tuned_free_scalars,
+    validate,
+)
+from countlens.toy.model import VARIANTS
+
+CLAIMED = {  # Table 1: B_min(L) at fixed d >= 3
+    "linear": ("0", 0.0),
+    "linear-preln-bare": ("0", 0.0),
+    "softmax": ("1", 1.0),
+    "softmax-preln-learned": ("1", 1.0),
+    "softmax-postln-bare": ("3/2", 1.5),
+    "softmax-postln-learned": ("3/4", 0.75),
+    "softmax-preln-bare": ("inf beyond L_cap(d)", None),
+}
+TABLE3_VARIANTS = ("softmax", "softmax-postln-bare", "softmax-postln-learned")
+TABLE3_PAPER = {  # the paper's "constr." column at d = 16, B = 10, 30, 100, 300, 1000
+    "softmax": (15, 50, 169, 510, 1705),
+    "softmax-postln-bare": (11, 24, 54, 112, 251),
+    "softmax-postln-learned": (43, 186, 928, 4016, 20000),
+}
+TABLE3_B = (10, 30, 100, 300, 1000)
+CONSTANT_VARIANTS = ("linear", "linear-preln-bare")
+
+
+def _tau(d: int, tau: float | None) -> float:
+    return 1.0 / math.sqrt(d) if tau is None else float(tau)
+
+
+def b_min_construction(variant: str, L: int, d: int, tau: float | None = None) -> Construction | None:
+    """The checked construction behind :func:`b_min`; ``None`` where none exists (bare pre-LN past L_cap)."""
+    validate(variant, L, d)
+    if variant == "softmax-preln-bare" and L >= l_infeasible(d, tau)[0]:
+        return None
+    try:
+        return best_construction(variant, L, d, tau=tau)
+    except ValueError:
+        if variant == "softmax-preln-bare":
+            return None
+        raise
+
+
+def b_min(variant: str, L: int, d: int, tau: float | None = None) -> float:
+    """Smallest per-vector cap at which the construction family counts on the full domain of ``L``
+    (verified by the full check); ``inf`` where no construction exists."""
+    c = b_min_construction(variant, L, d, tau)
+    return math.inf if c is None else c.max_norm
+
+
+def fit_slope(L: list[int] | np.ndarray, b: list[float] | np.ndarray) -> float | None:
+    """Least-squares slope of ``log b`` against ``log L`` over the finite entries (None if < 2)."""
+    L, b = np.asarray(L, dtype=float), np.asarray(b, dtype=float)
+    keep = np.isfinite(b) & (b > 0)
+    if keep.sum() < 2:
+        return None
+    return float(np.polyfit(np.log(L[keep]), np.log(b[keep]), 1)[0])
+
+
+@dataclass
+class RateFit:
+    """``b_min`` over a grid of ``L`` for one variant, its log-log slope and the claimed exponent."""
+
+    variant: str
+    L: list[int]
+    b_min: list[float]
+    slope: float | None
+    claimed: str
+    claimed_exponent: float | None
+    worst_error: list[float] = field(default_factory=list)
+    free_scalars: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class RatesResult:
+    """Table 1, measured: one :class:`RateFit` per variant at dimension ``d``."""
+
+    d: int
+    tau: float
+    variants: dict[str, RateFit]
+
+    def to_dict(self) -> dict:
+        out = {"d": self.d, "tau": self.tau, "variants": {}}
+        for v, fit in self.variants.items():
+            out["variants"][v] = {
+                "L": fit.L, "b_min": fit.b_min, "slope": fit.slope, "claimed": fit.claimed,
+                "claimed_exponent": fit.claimed_exponent, "worst_error": fit.worst_error,
+                "free_scalars": fit.free_scalars,
+            }
+        return out
+
+
+def fit_rates(d: int, Ls: list[int], variants: tuple[str, ...] = VARIANTS, tau: float | None = None,
+              progress=None) -> RatesResult:
+    """Measure ``b_min`` on the grid ``Ls`` for each variant and fit the log-log slope.
+
+    progress: optional callable ``progress(variant, L)`` called before each construction (the CLI passes a
+    tqdm update). ``softmax-preln-bare`` gets ``inf`` past its L_cap and no slope.
+    """
+    tau = _tau(d, tau)
+    fits = {}
+    for v in variants:
+        bs, errs, frees = [], [], []
+        for L in Ls:
+            if progress is not None:
+                progress(v, L)
+            c = b_min_construction(v, int(L), d, tau)
+            bs.append(math.inf if c is None else c.max_norm)
+            errs.append(math.nan if c is None else c.check.worst_error)
+            frees.append({} if c is None else c.free)
+        claimed, expo = CLAIMED[v]
+        slope = None if v == "softmax-preln-bare" else fit_slope(Ls, bs)
+        fits[v] = RateFit(v, [int(x) for x in Ls], bs, slope, claimed, expo, errs, frees)
+    return RatesResult(d=int(d), tau=tau, variants=fits)
+
+
+# ---- L_cap of bare pre-LN --------------------------------------------------------------------------------
+
+
+def preln_bare_needed_a(L: int) -> float:
+    """``max_k k((L-1)(L-k)/L - 1)``: the attention ratio ``a`` that counting to ``L`` on the letter-free
+    slice provably needs (see module docstring)."""
+    if L < 2:
+        return 0.0
+    k = np.arange(1, L, dtype=np.float64)
+    return float(np.max(k * ((L - 1) * (L - k) / L - 1.0)))
+
+
+def l_infeasible(d: int, tau: float | None = None) -> tuple[int, str]:
+    """Shortest ``L`` at which bare pre-LN provably cannot count (any norm), and the reason in words."""
+    tau = _tau(d, tau)
+    log_A = 2.0 * tau * d
+    lo, hi = 1, 2
+    while math.log(max(preln_bare_needed_a(hi), 1e-300)) < log_A:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if math.log(max(preln_bare_needed_a(mid), 1e-300)) >= log_A:
+            hi = mid
+        else:
+            lo = mid
+    k = np.arange(1, hi, dtype=np.float64)
+    kstar = int(k[np.argmax(k * ((hi - 1) * (hi - k) / hi - 1.0))])
+    reason = (f"bare pre-LN puts every z_t on the sphere |z| = sqrt(d), so s_b - s_s <= 2*tau*d = {log_A:.4g} and "
+              f"a = exp(s_b - s_s) <= {math.exp(log_A):.6g}; rounding-exact counting at n = 0, {kstar}, {hi} "
+              f"(m = 0) needs a > {preln_bare_needed_a(hi):.6g}, so L >= {hi} is infeasible at any norm")
+    return hi, reason
+
+
+@dataclass
+class LCap:
+    """L_cap(d) of ``softmax-preln-bare``: constructed (``l_cap``, verified) and proven bound."""
+
+    d: int
+    tau: float
+    l_cap: int | None
+    l_infeasible: int
+    reason: str
+    b_min_at_cap: float | None
+    worst_error_at_cap: float | None
+
+
+LCAP_SEARCH_LIMIT = 400  # the constructive search solves an LP over the whole domain; beyond this, report the bound
+
+
+def l_cap(d: int, tau: float | None = None) -> LCap:
+    """Bracket L_cap(d) for ``softmax-preln-bare``: the longest constructed length and the proven bound."""
+    validate("softmax-preln-bare", 1, d)
+    tau = _tau(d, tau)
+    bound, reason = l_infeasible(d, tau)
+    if bound - 1 > LCAP_SEARCH_LIMIT:
+        return LCap(d, tau, None, bound, reason + f" (constructive search skipped: bound > {LCAP_SEARCH_LIMIT})",
+                    None, None)
+
+    def attempt(L: int) -> Construction | None:
+        try:
+            return best_construction("softmax-preln-bare", L, d, tau=tau)
+        except ValueError:
+            return None
+
+    # gallop down from the bound, then bisect between the last failure and the first success
+    fail, step, good, L = bound, 1, None, bound - 1
+    while L >= 1:
+        good = attempt(L)
+        if good is not None:
+            break
+        fail, L, step = L, L - step, step * 2
+    if good is None:
+        return LCap(d, tau, 0, bound, reason, None, None)
+    lo = L
+    while fail - lo > 1:
+        mid = (lo + fail) // 2
+        c = attempt(mid)
+        if c is None:
+            fail = mid
+        else:
+            lo, good = mid, c
+    return LCap(d, tau, lo, bound, reason, good.max_norm, good.check.worst_error)
+
+
+# ---- l_max and Table 3 -----------------------------------------------------------------------------------
+
+
+def _estimate(variant: str, L: int, d: int, tau: float, free: dict) -> float:
+    """Largest norm of the construction judged on the letter-free slice only (cheap, unverified)."""
+    try:
+        return construct(variant, L, d, tau=tau, **free).max_norm()
+    except (ValueError, ZeroDivisionError, OverflowError):
+        return math.inf
+
+
+def _bisect_length(ok, lo: int, hi: int) -> int:
+    """Largest integer in [lo, hi) with ``ok`` true, given ``ok(lo)`` and not ``ok(hi)``."""
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo
+
+
+@dataclass
+class LMax:
+    """``l_max(variant, B, d)``: the longest verified length and the construction that achieves it."""
+
+    variant: str
+    B: float
+    d: int
+    L: float  # inf for the linear variants once B suffices
+    max_norm: float | None
+    worst_error: float | None
+
+
+def l_max(variant: str, B: float, d: int, tau: float | None = None, max_L: int = 10**6) -> LMax:
+    """Longest ``L`` at which the construction family counts under the per-vector cap ``B`` (verified)."""
+    validate(variant, 1, d)
+    tau = _tau(d, tau)
+    if B <= 0:
+        raise UsageError(f"--B must be positive, got {B}")
+    if variant in CONSTANT_VARIANTS:
+        c = best_construction(variant, 1, d, tau=tau)
+        ok = c.max_norm <= B
+        return LMax(variant, B, d, math.inf if ok else 0, c.max_norm, c.check.worst_error)
+    if variant == "softmax-preln-bare":
+        cap = l_cap(d, tau)
+        best = None
+        for L in range(cap.l_cap or 0, 0, -1):
+            c = b_min_construction(variant, L, d, tau)
+            if c is not None and c.max_norm <= B:
+                best = c
+                break
+        return LMax(variant, B, d, best.cfg.L if best else 0, best.max_norm if best else None,
+                    best.check.worst_error if best else None)
+    def fits(L: int) -> bool:  # the tilt's best value moves with L (sharply for post-LN): re-tune each time
+        return _estimate(variant, L, d, tau, tuned_free_scalars(variant, L, d, tau, 0.49)) <= B
+
+    if not fits(1):
+        return LMax(variant, B, d, 0, None, None)
+    lo, hi = 1, 2
+    while hi <= max_L and fits(hi):
+        lo, hi = hi, hi * 2
+    lo = _bisect_length(fits, lo, hi)
+    L = lo
+    while L >= 1:  # the full check has the last word
+        c = best_construction(variant, L, d, tau=tau)
+        if c.max_norm <= B:
+            return LMax(variant, B, d, L, c.max_norm, c.check.worst_error)
+        L = int(L * 0.995) if L > 200 else L - 1
+    return LMax(variant, B, d, 0, None, None)
+
+
+@dataclass
+class Table3Result:
+    """Table 3's "constr." columns: ``l_max`` per variant and cap, next to the paper's values."""
+
+    d: int
+    tau: float
+    variants: dict[str, list[LMax]]
+
+    def to_dict(self) -> dict:
+        out = {"d": self.d, "tau": self.tau, "variants": {}}
+        for v, rows in self.variants.items():
+            out["variants"][v] = {
+                "B": [r.B for r in rows], "l_max": [r.L for r in rows], "max_norm": [r.max_norm for r in rows],
+                "worst_error": [r.worst_error for r in rows],
+                "paper_constr": list(TABLE3_PAPER[v]) if v in TABLE3_PAPER and self.d == 16 else None,
+            }
+        return out
+
+
+def table3_constructed(d: int = 16, Bs: tuple[float, ...] = TABLE3_B, variants: tuple[str, ...] = TABLE3_VARIANTS,
+                       tau: float | None = None, progress=None) -> Table3Result:
+    """``l_max(variant, B, d)`` for each variant and cap (progress: optional callable ``(variant, B)``)."""
+    tau = _tau(d, tau)
+    out = {}
+    for v in variants:
+        rows = []
+        for B in Bs:
+            if progress is not None:
+                progress(v, B)
+            rows.append(l_max(v, float(B), d, tau))
+        out[v] = rows
+    return Table3Result(int(d), tau, out)
+
+
+__all__ = [
+    "CLAIMED", "TABLE3_VARIANTS", "TABLE3_PAPER", "TABLE3_B", "b_min", "b_min_construction", "fit_slope",
+    "fit_rates", "RateFit", "RatesResult", "l_infeasible", "l_cap", "LCap", "l_max", "LMax",
+    "table3_constructed", "Table3Result", "preln_bare_needed_a",
+]

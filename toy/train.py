@@ -1,0 +1,404 @@
+"""Training the toy model from random initialisation (SPEC §1, "Training").
+
+Three optimisers, all float64 and deterministic for a given seed:
+
+- ``lbfgs``: full-batch L-BFGS with strong-Wolfe line search (the paper's main optimiser). One *step* is one
+  L-BFGS iteration (``max_iter=1``, with up to 25 function evaluations for its line search), so the cap is
+  enforced after every iteration and the curvature history carries over between steps.
+- ``adam``: full-batch Adam. ``adam-minibatch``: Adam on batches of ``batch_size`` (1,024) training pairs,
+  drawn without replacement within a batch.
+
+The loss is MSE against the count for the regression read-out and cross-entropy over the ``L + 1`` classes
+for classification. An optional per-vector cap ``B`` is enforced by projection after every step: each of
+``x_b, x_s, x_l, w, γ, β`` and each row of ``U`` is scaled back to ℓ2 norm ``<= B``, and ``b0`` and each class
+bias ``c_k`` (1-vectors) are clipped to ``[-B, B]``.
+
+The domain's pairs are split IID into train and held-out test pairs (``test_fraction``, seeded). Every
+``log_every`` steps the trainer logs the training loss, held-out exact accuracy, the full-domain worst
+error (:func:`countlens.toy.check.full_domain_check`), the largest per-vector norm, the score scale
+``a = exp(s_b − s_s)`` and the adjacent-spacing ratio of ``h(n, 0)`` (high over low counts). A NaN or inf
+loss or parameter raises :class:`TrainingDiverged` naming the step; nothing is returned as a result then.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+from countlens.toy import model
+from countlens.toy.check import full_domain_check
+from countlens.toy.model import DTYPE, ToyConfig, ToyParams
+
+from countlens.results import UsageError, write_bytes_atomic
+
+OPTIMIZERS = ("lbfgs", "adam", "adam-minibatch")
+_DEFAULT_LR = {"lbfgs": 1.0, "adam": 1e-2, "adam-minibatch": 1e-2}
+_CHECKPOINT_FORMAT = 1
+
+
+class TrainingDiverged(Exception):
+    """The loss or a parameter became NaN or inf at ``step``; the run has no result."""
+
+    def __init__(self, step: int, what: str):
+        super().__init__(f"training diverged at step {step}: {what}")
+        self.step = step
+        self.what = what
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How to train: optimiser, steps, seed and cap.
+
+    lr: learning rate (L-BFGS: initial step length, default 1; Adam: default 1e-2). cap: per-vector norm
+    bound ``B`` (``None``: uncapped). init_scale: every initial vector has norm ≈ this. log_every: steps
+    between log entries (and early-stop checks). stop_when_passed: stop at the first log step at which the
+    full-domain check passes.
+    """
+
+    optimizer: str = "lbfgs"
+    steps: int = 300
+    seed: int = 0
+    cap: float | None = None
+    lr: float | None = None
+    batch_size: int = 1024
+    test_fraction: float = 0.2
+    log_every: int = 10
+    stop_when_passed: bool = False
+    init_scale: float = 1.0
+    history_size: int = 50
+
+    def __post_init__(self) -> None:
+        if self.optimizer not in OPTIMIZERS:
+            raise UsageError(f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+        if int(self.steps) <= 0:
+            raise UsageError(f"--steps must be a positive integer, got {self.steps}")
+        if self.cap is not None and not (math.isfinite(self.cap) and self.cap > 0):
+            raise UsageError(f"--cap must be a positive finite norm bound (no vector fits under {self.cap})")
+        if self.lr is None:
+            object.__setattr__(self, "lr", _DEFAULT_LR[self.optimizer])
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise UsageError(f"--lr must be a positive finite number, got {self.lr}")
+        if int(self.batch_size) < 1:
+            raise UsageError(f"--batch-size must be >= 1, got {self.batch_size}")
+        if not 0 < self.test_fraction < 1:
+            raise UsageError(f"--test-fraction must lie strictly between 0 and 1, got {self.test_fraction}")
+        if int(self.log_every) < 1:
+            raise UsageError(f"--log-every must be >= 1, got {self.log_every}")
+        if not (math.isfinite(self.init_scale) and self.init_scale > 0):
+            raise UsageError(f"--init-scale must be a positive finite number, got {self.init_scale}")
+
+    def trajectory_key(self) -> dict[str, Any]:
+        """The fields that determine the optimisation trajectory (not how long or how often it logs)."""
+        skip = {"steps", "log_every", "stop_when_passed"}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
+
+
+@dataclass
+class TrainResult:
+    """One training run: final metrics, the log, and the parameters in ``ToyParams.to_dict`` format."""
+
+    variant: str
+    d: int
+    L: int
+    readout: str
+    tau: float
+    train: dict[str, Any]
+    steps_run: int
+    stopped_early: bool
+    test_exact_accuracy: float
+    full_domain_worst_error: float
+    worst_pair: list[int]
+    passed: bool
+    max_norm: float
+    norms: dict[str, float]
+    log: list[dict[str, Any]] = field(default_factory=list)
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainResult:
+        return cls(**{f.name: data[f.name] for f in fields(cls)})
+
+    def toy(self) -> tuple[ToyConfig, ToyParams]:
+        """The trained model back as ``(cfg, params)``."""
+        return ToyParams.from_dict(self.params, L=self.L)
+
+
+# --- pure numerics -------------------------------------------------------------------------------------
+
+
+def split_domain(L: int, test_fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """IID split of the full domain's pair indices: (train_idx, test_idx), int64, disjoint, covering it."""
+    P = (L + 1) * (L + 2) // 2
+    n_test = max(1, round(test_fraction * P))
+    if n_test >= P:
+        raise UsageError(f"--L {L} has only {P} pairs: too few to hold out a test split; use a larger --L")
+    perm = torch.randperm(P, generator=torch.Generator().manual_seed(10_007 * seed + 1))
+    return perm[n_test:].sort().values, perm[:n_test].sort().values
+
+
+def project_to_cap(p: ToyParams, cap: float) -> None:
+    """Scale every vector back to norm ``<= cap`` in place (rows of ``U`` one by one; ``b0``, ``c`` clipped)."""
+    with torch.no_grad():
+        for name, t in p.tensors().items():
+            if t.dim() == 0 or name == "c":
+                t.clamp_(-cap, cap)
+            elif name == "U":
+                norms = torch.linalg.vector_norm(t, dim=1, keepdim=True)  # (L+1, 1)
+                t.mul_(torch.clamp(cap / norms.clamp_min(1e-300), max=1.0))
+            else:
+                norm = float(torch.linalg.vector_norm(t))
+                if norm > cap:
+                    t.mul_(cap / norm)
+
+
+def log_score_scale(cfg: ToyConfig, p: ToyParams) -> float:
+    """``s_b − s_s = τ z_b · (z_b − z_s)``, the log of the boundary's attention weight relative to one space."""
+    with torch.no_grad():
+        z = model.token_vectors(cfg, p)  # (3, d)
+        return float(cfg.tau * (z[0] @ (z[0] - z[1])))
+
+
+def spacing_ratio(cfg: ToyConfig, p: ToyParams, window: int | None = None) -> float:
+    """Mean adjacent gap ``||h(n+1, 0) − h(n, 0)||`` over the highest counts divided by that over the lowest.
+
+    Windows: ``n = 1..w`` (low) and ``n = L−w..L−1`` (high), ``w = max(1, round(L/10))`` unless given — the
+    toy analogue of the LLM's 1–10 vs 91–100 windows. Below 1: high counts are packed closer together.
+    """
+    L = cfg.L
+    w = window or max(1, round(L / 10))
+    with torch.no_grad():
+        n = torch.arange(L + 1, dtype=DTYPE)
+        h = model.boundary_representation(cfg, p, n, torch.zeros_like(n))  # (L+1, d)
+        gaps = torch.linalg.vector_norm(h[1:] - h[:-1], dim=1)  # (L,)  gaps[k] = ||h(k+1) - h(k)||
+    low = gaps[1 : w + 1] if L > w else gaps
+    high = gaps[L - w : L]
+    return float(high.mean() / low.mean())
+
+
+def exact_accuracy(cfg: ToyConfig, p: ToyParams, n: torch.Tensor, m: torch.Tensor) -> float:
+    """Fraction of pairs counted exactly: ``|ŷ − n| < 1/2`` (regression) or argmax = n (classification)."""
+    with torch.no_grad():
+        return float((model.count_error(cfg, p, n, m) < (0.5 if cfg.readout == "regression" else 0.0))
+                     .to(DTYPE).mean())
+
+
+def loss_fn(cfg: ToyConfig, p: ToyParams, n: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """MSE to the count (regression) or cross-entropy over ``L + 1`` classes (classification): scalar."""
+    out = model.forward(cfg, p, n, m)
+    if cfg.readout == "regression":
+        return ((out - n) ** 2).mean()
+    return torch.nn.functional.cross_entropy(out, n.long())
+
+
+def _params_digest(p: ToyParams) -> str:
+    h = hashlib.sha256()
+    for name, t in sorted(p.tensors().items()):
+        h.update(name.encode())
+        h.update(t.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+# --- the trainer ---------------------------------------------------------------------------------------
+
+
+class Trainer:
+    """Stateful training of one ``(cfg, TrainConfig)`` run; :func:`train` is the usual entry point.
+
+    ``init`` replaces the random initialisation (e.g. to continue from a shorter grid length's solution);
+    it is projected to the cap before the first step.
+    """
+
+    def __init__(self, cfg: ToyConfig, tcfg: TrainConfig, init: ToyParams | None = None):
+        self.cfg, self.tcfg = cfg, tcfg
+        self.params = (init.detach() if init is not None
+                       else model.init_params(cfg, seed=tcfg.seed, scale=tcfg.init_scale))
+        if tcfg.cap is not None:
+            project_to_cap(self.params, tcfg.cap)
+        self.init_digest = _params_digest(self.params)
+        for t in self.params.tensors().values():
+            t.requires_grad_(True)
+        self.n, self.m = model.full_domain(cfg.L)  # (P,), (P,)
+        self.train_idx, self.test_idx = split_domain(cfg.L, tcfg.test_fraction, tcfg.seed)
+        self.generator = torch.Generator().manual_seed(tcfg.seed + 99_991)
+        self.optimizer = self._make_optimizer()
+        self.step_count = 0
+        self.log: list[dict[str, Any]] = []
+
+    def _make_optimizer(self) -> torch.optim.Optimizer:
+        tensors = list(self.params.tensors().values())
+        if self.tcfg.optimizer == "lbfgs":
+            return torch.optim.LBFGS(tensors, lr=self.tcfg.lr, max_iter=1, max_eval=25,
+                                     history_size=self.tcfg.history_size, line_search_fn="strong_wolfe",
+                                     tolerance_grad=0.0, tolerance_change=0.0)
+        return torch.optim.Adam(tensors, lr=self.tcfg.lr)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What a checkpoint must match to be resumed by this run."""
+        c = self.cfg
+        return {"variant": c.variant, "d": c.d, "L": c.L, "readout": c.readout, "tau": c.tau, "eps": c.eps,
+                "init": self.init_digest, **self.tcfg.trajectory_key()}
+
+    def _batch(self) -> torch.Tensor:
+        if self.tcfg.optimizer != "adam-minibatch" or self.tcfg.batch_size >= len(self.train_idx):
+            return self.train_idx
+        pick = torch.randperm(len(self.train_idx), generator=self.generator)[: self.tcfg.batch_size]
+        return self.train_idx[pick]
+
+    def step(self) -> float:
+        """One optimiser step (then projection to the cap); returns the loss before it."""
+        idx = self._batch()
+        n, m = self.n[idx], self.m[idx]
+
+        def closure() -> torch.Tensor:
+            self.optimizer.zero_grad()
+            loss = loss_fn(self.cfg, self.params, n, m)
+            loss.backward()
+            return loss
+
+        loss = float(self.optimizer.step(closure).detach())
+        self.step_count += 1
+        if self.tcfg.cap is not None:
+            project_to_cap(self.params, self.tcfg.cap)
+        if not math.isfinite(loss):
+            raise TrainingDiverged(self.step_count, f"the loss is {loss}")
+        for name, t in self.params.tensors().items():
+            if not bool(torch.isfinite(t).all()):
+                raise TrainingDiverged(self.step_count, f"parameter {name} holds NaN or inf")
+        return loss
+
+    def evaluate(self) -> dict[str, Any]:
+        """Metrics at the current parameters (one log entry)."""
+        cfg, p = self.cfg, self.params.detach()
+        with torch.no_grad():
+            loss = float(loss_fn(cfg, p, self.n[self.train_idx], self.m[self.train_idx]))
+        if not math.isfinite(loss):
+            raise TrainingDiverged(self.step_count, f"the loss is {loss}")
+        check = full_domain_check(cfg, p)
+        log_a = log_score_scale(cfg, p)
+        return {
+            "step": self.step_count,
+            "loss": loss,
+            "test_exact_accuracy": exact_accuracy(cfg, p, self.n[self.test_idx], self.m[self.test_idx]),
+            "full_domain_worst_error": float(check.worst_error),
+            "worst_pair": [int(v) for v in check.worst_pair],
+            "passed": bool(check.passed),
+            "max_norm": p.max_norm(),
+            "log_score_scale": log_a,
+            "score_scale": math.exp(log_a) if log_a < 700 else math.inf,
+            "spacing_ratio": spacing_ratio(cfg, p),
+        }
+
+    def run(self, progress: Callable[[int], None] | None = None,
+            on_checkpoint: Callable[[Trainer], None] | None = None, checkpoint_every: int = 0) -> TrainResult:
+        """Step until ``tcfg.steps`` (or the check passes, if asked); returns the final :class:`TrainResult`."""
+        tc = self.tcfg
+        stopped = bool(self.log) and tc.stop_when_passed and self.log[-1]["passed"]
+        if not self.log:
+            self.log.append(self.evaluate())
+            stopped = tc.stop_when_passed and self.log[-1]["passed"]
+        while self.step_count < tc.steps and not stopped:
+            self.step()
+            if progress is not None:
+                progress(1)
+            if self.step_count % tc.log_every == 0 or self.step_count == tc.steps:
+                self.log.append(self.evaluate())
+                stopped = tc.stop_when_passed and self.log[-1]["passed"]
+            if on_checkpoint is not None and checkpoint_every and self.step_count % checkpoint_every == 0:
+                on_checkpoint(self)
+        if self.log[-1]["step"] != self.step_count:
+            self.log.append(self.evaluate())
+        return self.result(stopped_early=stopped and self.step_count < tc.steps)
+
+    def result(self, stopped_early: bool = False) -> TrainResult:
+        last = self.log[-1]
+        p = self.params.detach()
+        return TrainResult(
+            variant=self.cfg.variant, d=self.cfg.d, L=self.cfg.L, readout=self.cfg.readout, tau=self.cfg.tau,
+            train=asdict(self.tcfg), steps_run=self.step_count, stopped_early=stopped_early,
+            test_exact_accuracy=last["test_exact_accuracy"],
+            full_domain_worst_error=last["full_domain_worst_error"], worst_pair=last["worst_pair"],
+            passed=last["passed"], max_norm=last["max_norm"], norms=p.vector_norms(), log=list(self.log),
+            params=p.to_dict(self.cfg),
+        )
+
+    # --- checkpoints ---
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"format": _CHECKPOINT_FORMAT, "fingerprint": self.fingerprint(), "step": self.step_count,
+                "params": {k: v.detach().clone() for k, v in self.params.tensors().items()},
+                "optimizer": self.optimizer.state_dict(), "generator": self.generator.get_state(),
+                "log": self.log}
+
+    def load_state_dict(self, state: dict[str, Any], source: str = "checkpoint") -> None:
+        if not isinstance(state, dict) or state.get("format") != _CHECKPOINT_FORMAT:
+            raise UsageError(f"{source} is not a countlens training checkpoint; delete it to start afresh")
+        mine, theirs = self.fingerprint(), state.get("fingerprint", {})
+        diff = [k for k in mine if mine[k] != theirs.get(k)]
+        if diff:
+            detail = ", ".join(f"{k} {theirs.get(k)!r} there, {mine[k]!r} here" for k in diff[:4])
+            raise UsageError(f"{source} belongs to a different run ({detail}); "
+                             "rerun with that run's settings or delete the checkpoint")
+        with torch.no_grad():
+            for name, t in self.params.tensors().items():
+                t.copy_(state["params"][name])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.generator.set_state(state["generator"])
+        self.step_count = int(state["step"])
+        self.log = list(state["log"])
+
+
+def save_checkpoint(trainer: Trainer, path: str | Path) -> None:
+    """Write the trainer's full state to ``path`` atomically."""
+    buf = io.BytesIO()
+    torch.save(trainer.state_dict(), buf)
+    write_bytes_atomic(path, buf.getvalue())
+
+
+def load_checkpoint(trainer: Trainer, path: str | Path) -> None:
+    """Restore ``trainer`` from ``path``; :class:`UsageError` if it is unreadable or from another run."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # a truncated or foreign file: report it, never a traceback
+        raise UsageError(f"checkpoint {path} cannot be read ({type(exc).__name__}); delete it to start afresh") from None
+    trainer.load_state_dict(state, source=f"checkpoint {path}")
+
+
+def train(cfg: ToyConfig, tcfg: TrainConfig, init: ToyParams | None = None, checkpoint: str | Path | None = None,
+          checkpoint_every: int = 0, progress: bool = False) -> TrainResult:
+    """Train one run, resuming from ``checkpoint`` if that file exists and saving to it every
+    ``checkpoint_every`` steps (and at the end). Raises :class:`TrainingDiverged` on NaN/inf."""
+    trainer = Trainer(cfg, tcfg, init=init)
+    if checkpoint is not None and Path(checkpoint).exists():
+        load_checkpoint(trainer, checkpoint)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=tcfg.steps, initial=min(trainer.step_count, tcfg.steps), unit="step",
+                   desc=f"{cfg.variant} {cfg.readout} L={cfg.L} seed={tcfg.seed}", leave=False)
+    saver = (lambda tr: save_checkpoint(tr, checkpoint)) if checkpoint is not None else None
+    try:
+        result = trainer.run(progress=bar.update if bar else None, on_checkpoint=saver,
+                             checkpoint_every=checkpoint_every)
+    finally:
+        if bar is not None:
+            bar.close()
+    if saver is not None:
+        saver(trainer)
+    return result
+
+
+__all__ = [
+    "OPTIMIZERS", "TrainConfig", "TrainResult", "TrainingDiverged", "Trainer", "train", "split_domain",
+    "project_to_cap", "log_score_scale", "spacing_ratio", "exact_accuracy", "loss_fn", "save_checkpoint",
+    "load_checkpoint",
+]
