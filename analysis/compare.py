@@ -34,7 +34,7 @@ from countlens.analysis.geometry import (
     pca_2d,
     window_rows,
 )
-from countlens.analysis.layerwise import CentroidSet
+from countlens.analysis.layerwise import CentroidSet, single_threaded_blas
 
 from countlens.results import UsageError
 
@@ -82,6 +82,11 @@ def source_metrics(cs: CentroidSet, location: int, X: np.ndarray, y: np.ndarray,
                    high=HIGH_WINDOW, arc_counts=ARC_COUNTS, pca_counts=PCA_COUNTS, seed: int = 0) -> dict[str, Any]:
     """All comparison metrics of one source: pooled centroids ``cs`` at ``location`` and the row-level
     representations ``X`` (rows, d) with counts ``y`` (rows,) for the probe."""
+    with single_threaded_blas():
+        return _source_metrics(cs, location, X, y, low, high, arc_counts, pca_counts, seed)
+
+
+def _source_metrics(cs, location, X, y, low, high, arc_counts, pca_counts, seed) -> dict[str, Any]:
     C = cs.pooled[:, location]  # (k, d)
     rows = window_rows(cs.counts, pca_counts, "PCA count range")
     coords, explained = pca_2d(C[rows])
@@ -132,7 +137,10 @@ def _log_distance(a: dict[str, Any], b: dict[str, Any]) -> float:
     total = 0.0
     for key in ("gap_ratio", "erank_ratio"):
         va, vb = a.get(key), b.get(key)
-        if va is None or vb is None or not (np.isfinite(va) and np.isfinite(vb)) or va <= 0 or vb <= 0:
+        if va is None or vb is None:
+            return float("inf")
+        va, vb = float(va), float(vb)  # results read back from JSON hold "nan" as a string
+        if not (np.isfinite(va) and np.isfinite(vb)) or va <= 0 or vb <= 0:
             return float("inf")
         total += (np.log(va) - np.log(vb)) ** 2
     return float(np.sqrt(total))

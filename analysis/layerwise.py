@@ -61,7 +61,7 @@ def centroids_from_arrays(acts: np.ndarray, n: np.ndarray, seed: np.ndarray, loc
     return acc.result(locations)
 
 
-def centroids_from_capture(ds, locations: list[str], batch_size: int = 256) -> CentroidSet:
+def centroids_from_capture(ds, locations: list[str], batch_size: int = 128) -> CentroidSet:
     """Centroids of a loaded capture (``countlens.llm.load_capture``), streamed in batches so memory stays
     O(seeds × counts × locations × d) whatever the number of prompts."""
     acc = _Accumulator()
@@ -86,9 +86,11 @@ class _Accumulator:
         keys = np.stack([np.asarray(seed, dtype=np.int64), np.asarray(n, dtype=np.int64)], axis=1)
         uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
         inverse = inverse.reshape(-1)
-        sums = np.zeros((len(uniq),) + acts.shape[1:])
-        np.add.at(sums, inverse, acts)
+        # Sum each group's rows with one sorted pass (np.add.reduceat), far faster than np.add.at.
+        order = np.argsort(inverse, kind="stable")
         sizes = np.bincount(inverse, minlength=len(uniq))
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        sums = np.add.reduceat(acts[order], starts, axis=0)
         for j, (s, c) in enumerate(uniq):
             key = (int(s), int(c))
             if key in self.sums:
@@ -157,6 +159,19 @@ class GeometryResult:
 def compute_geometry(cs: CentroidSet, low=LOW_WINDOW, high=HIGH_WINDOW, pca_counts=PCA_COUNTS,
                      pca_locations: list[int] | None = None) -> GeometryResult:
     """Figure 5's ratios at every location (per seed, mean, range, pooled) and Figure 6's PCA."""
+    with single_threaded_blas():
+        return _compute_geometry(cs, low, high, pca_counts, pca_locations)
+
+
+def single_threaded_blas():
+    """Every matrix here is at most (counts x d); multithreaded BLAS only adds overhead on such sizes, and
+    on a busy machine its spinning threads made a 100 x 100 eigh 70x slower (bench/BENCHMARKS.analysis.md)."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="blas")
+
+
+def _compute_geometry(cs: CentroidSet, low, high, pca_counts, pca_locations) -> GeometryResult:
     low, high, pca_counts = tuple(map(int, low)), tuple(map(int, high)), tuple(map(int, pca_counts))
     for s in range(len(cs.seeds)):  # check every seed has the windows before computing anything
         seed_counts = cs.seed_counts(s)

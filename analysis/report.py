@@ -39,11 +39,12 @@ _WINDOWS = ["--low", "1:10", "--high", "91:100", "--pca-counts", "1:100"]
 PRESETS: dict[str, dict[str, Any]] = {
     "quick": {
         "toy-rates": ["--d", "16", "--L", "10,30,100,300,1000"], "toy-lcap": ["--d", "3,4,8,16"],
-        "toy-table2": ["--d", "4,16", "--L", "250", "--seeds", "0,1,2", "--steps", "60"],
-        "toy-table3": ["--d", "16", "--B", "10,30,100,300,1000"],
+        "toy-table2": [], "toy-table3": ["--d", "16", "--B", "10,30,100,300,1000"],
         "toy-figure1": [], "toy-figure2": [], "toy-figure3": [], "toy-figure4": [],
         "toy-construct": {"d": 16, "L": 100},
-        "capture": ["--L", "256", "--counts", "0:100", "--per-count", "1", "--seeds", "0,1,2"],
+        # One token pair and one wording keep the capture to 303 prompts (~3 minutes on 2 cores).
+        "capture": ["--L", "256", "--counts", "0:100", "--per-count", "1", "--seeds", "0,1,2", "--pairs", "a/b",
+                    "--configs", "count"],
         "geometry": _WINDOWS, "compare": ["--arc-counts", "1:100", *_WINDOWS],
     },
     "full": {
@@ -59,7 +60,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "toy-table2": ["--d", "4", "--L", "10", "--seeds", "0", "--steps", "5"],
         "toy-table3": ["--d", "4", "--B", "10", "--attained-grid", "5,10", "--attained-seeds", "0",
                        "--attained-steps", "5"],
-        "toy-figure1": [], "toy-figure2": ["--d", "4", "--L", "5,10", "--seeds", "0", "--steps", "5"],
+        "toy-figure1": ["--L", "10"], "toy-figure2": ["--d", "4", "--L", "5,10", "--seeds", "0", "--steps", "5"],
         "toy-figure3": ["--d", "4", "--L", "10", "--seeds", "0", "--steps", "5"],
         "toy-figure4": ["--d", "4", "--L", "10", "--steps", "5", "--minibatch-steps", "5", "--batch-size", "16"],
         "toy-construct": {"d": 4, "L": 12},
@@ -189,6 +190,8 @@ def run_command(argv: list[str], log: Path) -> tuple[int, str]:
         return 1, f"{exc.__class__.__name__}: {exc} (traceback in {log})"
     if code == 0:
         return 0, ""
+    if code == 130:  # the inner command caught Ctrl-C: stop the whole run (finished stages are kept)
+        raise KeyboardInterrupt
     lines = [ln for ln in err.copy.getvalue().splitlines() if ln.strip()]
     return int(code), lines[-1] if lines else f"exit status {code}"
 

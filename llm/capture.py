@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from countlens.llm.models import DEFAULT_MODEL, LoadedModel, load_model
+from countlens.llm.models import DEFAULT_MODEL, DEFAULT_MODEL_ID, LoadedModel, load_model
 from countlens.llm.prompts import (
     CONFIGURATIONS,
     Prompt,
@@ -28,6 +27,7 @@ from countlens.llm.prompts import (
     build_prompts,
 )
 from countlens.llm.store import ActivationWriter, load_capture, read_meta
+
 from countlens.results import UsageError, provenance, write_json_atomic
 
 BACKENDS = ("hf", "transformer-lens")
@@ -279,6 +279,8 @@ def capture(model: str | LoadedModel = DEFAULT_MODEL, out_dir: str | Path = "cap
                               configs=list(configs) if configs is not None else list(CONFIGURATIONS),
                               seeds=[int(s) for s in seeds], template=template).validate()
     name = model if isinstance(model, str) else model.model_id
+    if name == DEFAULT_MODEL_ID:  # an already loaded default model resumes a `--model default` run
+        name = DEFAULT_MODEL
     key = _settings_key(name, gguf_file, settings, dtype if isinstance(model, str) else model.dtype,
                         acts_dtype, backend, locations, shard_rows)
     out_dir = Path(out_dir)
@@ -301,27 +303,15 @@ def capture(model: str | LoadedModel = DEFAULT_MODEL, out_dir: str | Path = "cap
         raise UsageError(f"the longest prompt has {longest} tokens but the model's context is {n_ctx}; "
                          "lower --L")
 
-    n_blocks = len(find_blocks(hf_model))
-    names = location_names(n_blocks)
-    if locations is not None:
-        bad = [i for i in locations if not 0 <= int(i) <= n_blocks]
-        if bad or not locations:
-            raise UsageError(f"--locations must lie in 0..{n_blocks} for a model with {n_blocks} blocks")
-        names = [names[int(i)] for i in locations]
-    if backend == "transformer-lens":
-        runner = TransformerLensCapture(loaded, locations)
-        names = names + runner.extra_names()
-    else:
-        runner = None
-    d = int(getattr(getattr(hf_model.config, "text_config", None) or hf_model.config, "hidden_size"))
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+    names, run_batch, same_length = _batch_runner(loaded, locations, backend, padding_side)
+    d = int((getattr(hf_model.config, "text_config", None) or hf_model.config).hidden_size)
     meta = {
         "locations": names, "d": d, "dtype": acts_dtype, "model": loaded.model_id, "model_source": loaded.source,
-        "model_dtype": loaded.dtype, "architecture": type(hf_model).__name__, "n_blocks": n_blocks,
-        "backend": backend, "settings": key, "token_pairs": settings.pairs,
-        "configurations": {c: CONFIGURATIONS[c] for c in settings.configs}, "seeds": settings.seeds,
-        "L": settings.L, "counts": settings.counts, "per_count": settings.per_count, "template": template,
-        "boundary": boundary_tokens(tokenizer, prompts[0]), "n_prompts": len(prompts),
+        "model_dtype": loaded.dtype, "architecture": type(hf_model).__name__,
+        "n_blocks": len(find_blocks(hf_model)), "backend": backend, "settings": key,
+        "token_pairs": settings.pairs, "configurations": {c: CONFIGURATIONS[c] for c in settings.configs},
+        "seeds": settings.seeds, "L": settings.L, "counts": settings.counts, "per_count": settings.per_count,
+        "template": template, "boundary": boundary_tokens(tokenizer, prompts[0]), "n_prompts": len(prompts),
         "shard_rows": shard_rows, "max_tokens": longest,
         "provenance": provenance({"settings": key, "batch_size": batch_size, "padding_side": padding_side,
                                   "device": loaded.device}),
@@ -335,29 +325,48 @@ def capture(model: str | LoadedModel = DEFAULT_MODEL, out_dir: str | Path = "cap
     started = time.perf_counter()
     bar = tqdm(total=len(prompts), initial=sum(len(shards[i]) for i in done if i < len(shards)),
                unit="prompt", desc="capture", disable=not progress, smoothing=0.1)
-    hf_capture = BoundaryCapture(hf_model, locations) if runner is None else None
-    device_in = hf_model.get_input_embeddings().weight.device
     try:
         with torch.inference_mode():
             for s, shard in enumerate(shards):
                 if s in done:
                     continue
                 acts = np.empty((len(shard), len(names), d), dtype=np.float32)
-                for idx in batches(shard, batch_size, same_length=runner is not None):
-                    group = [shard[i] for i in idx]
-                    if runner is None:
-                        ids, mask, index = pad_batch(group, pad_id, padding_side, device_in)
-                        with hf_capture as cap:
-                            acts[idx] = cap.run(ids, mask, index).numpy()
-                    else:
-                        ids, _, index = pad_batch(group, pad_id, "right")
-                        acts[idx] = runner.run(ids, index).numpy()
+                for idx in batches(shard, batch_size, same_length=same_length):
+                    acts[idx] = run_batch([shard[i] for i in idx])
                     bar.update(len(idx))
                 writer.write_shard(s, _rows(shard, acts))
     finally:
         bar.close()
     writer.finish({"n_rows": len(prompts), "capture_seconds": round(time.perf_counter() - started, 3)})
     return out_dir
+
+
+def _batch_runner(loaded: LoadedModel, locations: Sequence[int] | None, backend: str, padding_side: str):
+    """(location names, ``run(prompts) -> (B, n_locations, d)`` array, whether batches must be unpadded)."""
+    model, tokenizer = loaded.model, loaded.tokenizer
+    n_blocks = len(find_blocks(model))
+    names = location_names(n_blocks)
+    if locations is not None:
+        if not locations or any(not 0 <= int(i) <= n_blocks for i in locations):
+            raise UsageError(f"--locations must lie in 0..{n_blocks} for a model with {n_blocks} blocks")
+        names = [names[int(i)] for i in locations]
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+    if backend == "transformer-lens":
+        runner = TransformerLensCapture(loaded, locations)
+
+        def run_tl(group: list[Prompt]) -> np.ndarray:
+            ids, _, index = pad_batch(group, pad_id, "right")  # same-length batch: no padding
+            return runner.run(ids, index).numpy()
+        return names + runner.extra_names(), run_tl, True
+
+    hooks = BoundaryCapture(model, locations)
+    device_in = model.get_input_embeddings().weight.device
+
+    def run_hf(group: list[Prompt]) -> np.ndarray:
+        ids, mask, index = pad_batch(group, pad_id, padding_side, device_in)
+        with hooks as cap:
+            return cap.run(ids, mask, index).numpy()
+    return names, run_hf, False
 
 
 def _rows(shard: Sequence[Prompt], acts: np.ndarray) -> dict[str, Any]:

@@ -20,8 +20,6 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from countlens.results import UsageError
 from countlens.toy.constructions import (
     Construction,
     best_construction,
@@ -30,6 +28,8 @@ from countlens.toy.constructions import (
     validate,
 )
 from countlens.toy.model import VARIANTS
+
+from countlens.results import UsageError
 
 CLAIMED = {  # Table 1: B_min(L) at fixed d >= 3
     "linear": ("0", 0.0),
@@ -95,6 +95,7 @@ class RateFit:
     claimed_exponent: float | None
     worst_error: list[float] = field(default_factory=list)
     free_scalars: list[dict] = field(default_factory=list)
+    slope_L_ge_100: float | None = None  # the rates are asymptotic: the fit over the grid's L >= 100 only
 
 
 @dataclass
@@ -110,7 +111,8 @@ class RatesResult:
         for v, fit in self.variants.items():
             out["variants"][v] = {
                 "L": fit.L, "b_min": fit.b_min, "slope": fit.slope, "claimed": fit.claimed,
-                "claimed_exponent": fit.claimed_exponent, "worst_error": fit.worst_error,
+                "claimed_exponent": fit.claimed_exponent, "slope_L_ge_100": fit.slope_L_ge_100,
+                "worst_error": fit.worst_error,
                 "free_scalars": fit.free_scalars,
             }
         return out
@@ -135,8 +137,12 @@ def fit_rates(d: int, Ls: list[int], variants: tuple[str, ...] = VARIANTS, tau: 
             errs.append(math.nan if c is None else c.check.worst_error)
             frees.append({} if c is None else c.free)
         claimed, expo = CLAIMED[v]
-        slope = None if v == "softmax-preln-bare" else fit_slope(Ls, bs)
-        fits[v] = RateFit(v, [int(x) for x in Ls], bs, slope, claimed, expo, errs, frees)
+        slope = tail = None
+        if v != "softmax-preln-bare":
+            slope = fit_slope(Ls, bs)
+            big = [i for i, L in enumerate(Ls) if L >= 100]
+            tail = fit_slope([Ls[i] for i in big], [bs[i] for i in big]) if len(big) >= 2 else None
+        fits[v] = RateFit(v, [int(x) for x in Ls], bs, slope, claimed, expo, errs, frees, tail)
     return RatesResult(d=int(d), tau=tau, variants=fits)
 
 
@@ -198,9 +204,9 @@ def l_cap(d: int, tau: float | None = None) -> LCap:
         return LCap(d, tau, None, bound, reason + f" (constructive search skipped: bound > {LCAP_SEARCH_LIMIT})",
                     None, None)
 
-    def attempt(L: int) -> Construction | None:
+    def attempt(L: int, tune: bool = False) -> Construction | None:  # feasibility first, norm at the end
         try:
-            return best_construction("softmax-preln-bare", L, d, tau=tau)
+            return best_construction("softmax-preln-bare", L, d, tau=tau, tune=tune)
         except ValueError:
             return None
 
@@ -221,6 +227,8 @@ def l_cap(d: int, tau: float | None = None) -> LCap:
             fail = mid
         else:
             lo, good = mid, c
+    if good.check.worst_error < 0.45:  # room left for the norm-minimising stage of the search
+        good = attempt(lo, tune=True) or good
     return LCap(d, tau, lo, bound, reason, good.max_norm, good.check.worst_error)
 
 
@@ -265,16 +273,22 @@ def l_max(variant: str, B: float, d: int, tau: float | None = None, max_L: int =
         c = best_construction(variant, 1, d, tau=tau)
         ok = c.max_norm <= B
         return LMax(variant, B, d, math.inf if ok else 0, c.max_norm, c.check.worst_error)
-    if variant == "softmax-preln-bare":
-        cap = l_cap(d, tau)
-        best = None
-        for L in range(cap.l_cap or 0, 0, -1):
+    if variant == "softmax-preln-bare":  # b_min grows with L up to L_cap, then is infinite
+        found: dict[int, Construction] = {}
+
+        def fits_bare(L: int) -> bool:
             c = b_min_construction(variant, L, d, tau)
             if c is not None and c.max_norm <= B:
-                best = c
-                break
-        return LMax(variant, B, d, best.cfg.L if best else 0, best.max_norm if best else None,
-                    best.check.worst_error if best else None)
+                found[L] = c
+                return True
+            return False
+
+        top = (l_cap(d, tau).l_cap or 0) + 1
+        if top <= 1 or not fits_bare(1):
+            return LMax(variant, B, d, 0, None, None)
+        L = top - 1 if fits_bare(top - 1) else _bisect_length(fits_bare, 1, top - 1)
+        best = found[L]
+        return LMax(variant, B, d, L, best.max_norm, best.check.worst_error)
     def fits(L: int) -> bool:  # the tilt's best value moves with L (sharply for post-LN): re-tune each time
         return _estimate(variant, L, d, tau, tuned_free_scalars(variant, L, d, tau, 0.49)) <= B
 

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from countlens.toy.model import DTYPE, ToyConfig, ToyParams, count_error, token_vectors
 
 from countlens.results import UsageError
-from countlens.toy.model import DTYPE, ToyConfig, ToyParams, count_error, token_vectors
 
 DEFAULT_CHUNK = 1 << 20  # pairs held at once: 8 MiB per float64 buffer
 
@@ -167,22 +167,25 @@ def _block(cfg: ToyConfig, rf: dict, L: int, n0: int, n1: int) -> np.ndarray:
 
 
 def _check_regression(cfg: ToyConfig, p: ToyParams, L: int, chunk: int) -> tuple[float, tuple[int, int]]:
-    rf = reduced_form(cfg, p)
+    with np.errstate(all="ignore"):  # 0/0 and overflow become NaN/inf, which count as failures below
+        return _scan_rows(cfg, reduced_form(cfg, p), L, chunk)
+
+
+def _scan_rows(cfg: ToyConfig, rf: dict, L: int, chunk: int) -> tuple[float, tuple[int, int]]:
     col = _column_m0(cfg, rf, L)
-    k = int(np.nanargmax(col)) if not np.all(np.isnan(col)) else 0
+    if np.isnan(col).any():  # e.g. post-LN of a constant vector: undefined, so not counting
+        return math.inf, (int(np.flatnonzero(np.isnan(col))[0]), 0)
+    k = int(np.argmax(col))
     worst, pair = float(col[k]), (k, 0)
-    if np.isnan(worst):
-        return math.inf, pair
     n0 = 0
     while n0 < L:  # rows 0..L-1 have m >= 1 pairs
         width = L - n0
         rows = max(1, min(L - n0, chunk // width))
         blk = _block(cfg, rf, L, n0, n0 + rows)
-        if np.isnan(blk).any():
-            i, j = np.argwhere(np.isnan(blk))[0]
-            return math.inf, (n0 + int(i), int(j) + 1)
-        flat = int(blk.argmax())
+        flat = int(blk.argmax())  # argmax stops at the first NaN, if any
         i, j = divmod(flat, blk.shape[1])
+        if np.isnan(blk[i, j]):
+            return math.inf, (n0 + i, j + 1)
         if blk[i, j] > worst:
             worst, pair = float(blk[i, j]), (n0 + i, j + 1)
         n0 += rows

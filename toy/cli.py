@@ -116,10 +116,11 @@ def cmd_rates(args: argparse.Namespace) -> int:
     if args.json:
         write_json_atomic(args.json, out)
     print(f"B_min(L) of the constructions, d={args.d}; slope of log B_min vs log L (claimed exponent)")
-    print(f"{'variant':24s} " + " ".join(f"{L:>10d}" for L in Ls) + "      slope  claimed")
+    print(f"{'variant':24s} " + " ".join(f"{L:>10d}" for L in Ls) + "      slope  L>=100  claimed")
     for v, fit in res.variants.items():
         slope = "-" if fit.slope is None else f"{fit.slope:.3f}"
-        print(f"{v:24s} " + " ".join(f"{b:10.4g}" for b in fit.b_min) + f" {slope:>10s}  {fit.claimed}")
+        tail = "-" if fit.slope_L_ge_100 is None else f"{fit.slope_L_ge_100:.3f}"
+        print(f"{v:24s} " + " ".join(f"{b:10.4g}" for b in fit.b_min) + f" {slope:>10s} {tail:>7s}  {fit.claimed}")
     return 0
 
 
@@ -155,7 +156,7 @@ def _iter(items, desc):
 
 
 def cmd_table3(args: argparse.Namespace) -> int:
-    from countlens.toy.budget import TABLE3_PAPER, TABLE3_VARIANTS, table3_constructed
+    from countlens.toy.budget import TABLE3_PAPER, TABLE3_VARIANTS, LMax, Table3Result, l_max
 
     Bs = parse_float_list(args.B, "--B")
     if min(Bs) <= 0:
@@ -164,17 +165,34 @@ def cmd_table3(args: argparse.Namespace) -> int:
     if args.attained and train_cli is None:
         raise UsageError("--attained needs the training commands (countlens.toy.train_cli), which are not installed")
     variants = TABLE3_VARIANTS
-    bar = _tqdm(len(Bs) * len(variants), "table3")
-    try:
-        res = table3_constructed(args.d, tuple(Bs), variants, tau=args.tau, progress=lambda v, B: bar.update(1))
-    finally:
-        bar.close()
+    tau = 1.0 / math.sqrt(args.d) if args.tau is None else float(args.tau)
+    # each (variant, B) is kept in OUT.partial as it finishes, so an interrupted run resumes there
+    partial = Path(str(args.json) + ".partial") if args.json else None
+    done = read_json(partial, "partial results") if partial is not None and partial.is_file() else {}
+    rows: dict[str, list] = {v: [] for v in variants}
+    with _tqdm(len(Bs) * len(variants), "table3") as bar:
+        for v in variants:
+            for B in Bs:
+                key = f"d={args.d}|tau={tau!r}|{v}|B={B!r}"
+                if key in done:
+                    row = dict(done[key])
+                    row["L"] = float(row["L"]) if isinstance(row["L"], str) else row["L"]
+                    rows[v].append(LMax(**row))
+                else:
+                    rows[v].append(l_max(v, float(B), args.d, tau))
+                    done[key] = rows[v][-1].__dict__
+                    if partial is not None:
+                        write_json_atomic(partial, done)
+                bar.update(1)
+    res = Table3Result(args.d, tau, rows)
     out = res.to_dict()
     out["provenance"] = provenance({"d": args.d, "B": Bs, "tau": res.tau, "attained": bool(args.attained)})
     if args.attained:
         train_cli.add_table3_attained(out, args)
     if args.json:
         write_json_atomic(args.json, out)
+        if partial is not None and partial.exists():
+            partial.unlink()
     print(f"Table 3, constructed L_max(B) at d={args.d} (paper's constr. in brackets)")
     print(f"{'B':>8s} " + " ".join(f"{v:>28s}" for v in variants))
     for i, B in enumerate(Bs):

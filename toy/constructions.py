@@ -12,12 +12,14 @@ Families (``a = e^{s_b - s_s}``; ``K`` the read-out scale; ``B`` the largest per
 - ``linear``: ``z_b = z_s = a e1``, ``z_l ⟂ z_b`` so distractors get score 0; ``ŷ = n`` exactly, B = O(1).
 - ``linear-preln-bare``: the same with LN'd tokens on the sphere of radius sqrt(d), ``w ⟂ z_b``, b0 = 0:
   ``B = 2 / d`` at ``τ = 1/sqrt(d)``.
-- ``softmax``: ``z_l = -ζ u`` far from ``z_s`` in score. ``ŷ = b0' + D n / (a + n)``: exact rounding needs ``a ≳ L²/4`` (cheap, a log-scale score gap)
-  and ``D ≈ a + L`` (expensive, a product ``|w| |z_s|``), so ``B ≈ sqrt(D) ≈ L / 2``.
+- ``softmax``: ``z_l = -ζ u`` far below ``z_s`` in score. ``ŷ = b0' + D n / (a + n)``: exact rounding needs
+  ``a ≳ L²/4`` (cheap, a log-scale score gap) and ``D ≈ a + L`` (expensive, a product ``|w| |z_s|``), so
+  ``B ≈ sqrt(D) ≈ L / 2``.
   Free scalars: ``a`` and the read-out tilt ``phi`` toward ``-z_b`` (trades ``D`` against ``b0``).
 - ``softmax-preln-learned``: the LN bias ``β`` moves the sphere so that ``z_b`` is small while
   ``z_s - z_b`` has length ``sqrt(2) |γ|``; same Möbius read-out, ``B ≈ sqrt(D / sqrt 2)``.
-  Free scalars: ``a`` and ``theta`` (tilts ``ẑ_s`` toward ``ẑ_b`` to suppress distractors further).
+  Free scalars: ``a``, ``theta`` (tilts ``ẑ_s`` toward ``ẑ_b`` to suppress distractors further) and
+  ``phi`` (tilts ``w`` toward ``-u``, up to ``sqrt 2`` more read-out per norm, paid in distractor suppression).
 - ``softmax-postln-bare``: ``z_l = 0``, so a distractor only rescales ``o``, which LN forgets (eps = 0).
   LN maps the numerator ``a β u + n (κ u + v) β`` onto an arc; the angle's sine,
   ``f = x / sqrt((1 + κx)² + x²)`` with ``x = n ρ``, is read by ``w = K/sqrt(d) v``. Linear to 1/2 over L
@@ -34,21 +36,21 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import torch
-
-from countlens.results import UsageError
 from countlens.toy.check import CheckResult, full_domain_check
 from countlens.toy.model import DTYPE, VARIANTS, ToyConfig, ToyParams, full_domain, mixing_weights
+
+from countlens.results import UsageError
 
 FREE_SCALARS = {
     "linear": ("a",),
     "linear-preln-bare": ("r",),
     "softmax": ("a", "phi"),
-    "softmax-preln-learned": ("a", "theta"),
+    "softmax-preln-learned": ("a", "theta", "phi"),
     "softmax-postln-bare": ("rho", "kappa"),
     "softmax-postln-learned": ("rho", "kappa"),
     "softmax-preln-bare": ("theta", "chi"),
@@ -261,22 +263,30 @@ def _softmax(L: int, d: int, tau: float, target: float, a: float | None = None, 
 
 
 def _softmax_preln_learned(L: int, d: int, tau: float, target: float, a: float | None = None,
-                           theta: float | None = None, delta: float = 0.02) -> ToyParams:
+                           theta: float | None = None, phi: float = 0.0, delta: float = 0.02) -> ToyParams:
     v, u, _ = directions(d)
     n = slice_counts(L)
     a = smallest_a(L, target) if a is None else max(float(a), 1.0)
     D, b0p, _ = chebyshev_fit(mobius_shape(a, n), n)
-    if theta is None:  # c / a = a^{-2/(1 - sin θ)} <= 4 δ / L² keeps the distractors' shift below δ
-        need = math.log(max(L, 1) ** 2 / (4.0 * delta))
-        theta = math.asin(min(max(1.0 - 2.0 * math.log(a) / need, 0.0), 0.95)) if a > 1 else 0.0
+    cp, sp = math.cos(phi), math.sin(phi)
+    if theta is None:
+        # log c = -log a (1 + sin θ)/(1 - sin θ). Distractors shift the read-out by about (L²/4) c/a where
+        # w ⟂ z_l, and by about 2 L c sin φ through q_l = w·z_l: keep both below δ.
+        la = max(math.log(a), 1e-12)
+        s1 = 1.0 - 2.0 * la / math.log(max(L, 1) ** 2 / (4.0 * delta))
+        k2 = math.log(max(2.0 * max(L, 1) * sp / delta, 1.0))
+        s2 = (k2 - la) / (k2 + la)
+        theta = math.asin(min(max(s1, s2, 0.0), 0.95)) if a > 1 else 0.0
     ct, st = math.cos(theta), math.sin(theta)
-    G = math.sqrt(D / ct)  # |γ| = |w| = G, D = w·(z_s - z_b) = G² cos θ
+    # |γ| = |w| = G; w = G (cos φ v - sin φ u) reads D = w·(z_s - z_b) = G² (cos θ cos φ + (1 - sin θ) sin φ)
+    G = math.sqrt(D / (ct * cp + (1 - st) * sp))
     eps = math.log(a) / (tau * G * (1 - st))  # z_b = ε u after the LN bias shifts the sphere
     gamma = np.full(d, G / math.sqrt(d))
     beta_ln = -(G - eps) * u
+    b0 = b0p + G * eps * sp  # cancels q_b = w·z_b = -G ε sin φ
     r = min(1.0, G)  # LN forgets the input scale
-    return ToyParams(x_b=_t(r * u), x_s=_t(r * (ct * v + st * u)), x_l=_t(-r * u), w=_t(G * v), b0=_t(b0p),
-                     gamma=_t(gamma), beta=_t(beta_ln))
+    return ToyParams(x_b=_t(r * u), x_s=_t(r * (ct * v + st * u)), x_l=_t(-r * u), w=_t(G * (cp * v - sp * u)),
+                     b0=_t(b0), gamma=_t(gamma), beta=_t(beta_ln))
 
 
 def _softmax_postln(L: int, d: int, tau: float, target: float, learned: bool, rho: float | None = None,
@@ -408,7 +418,7 @@ class Construction:
         return out
 
 
-_TILT = {"softmax": ("phi", 0.0, 1.4),
+_TILT = {"softmax": ("phi", 0.0, 1.4), "softmax-preln-learned": ("phi", 0.0, 1.2),
          "softmax-postln-bare": ("kappa", -3.0, 0.6), "softmax-postln-learned": ("kappa", -3.0, 0.6)}
 
 
@@ -439,7 +449,7 @@ def tuned_free_scalars(variant: str, L: int, d: int, tau: float, target: float,
     return {name: x}
 
 
-def _preln_bare_search(L: int, d: int, tau: float) -> tuple[dict[str, float], float]:
+def _preln_bare_search(L: int, d: int, tau: float, tune: bool = True) -> tuple[dict[str, float], float]:
     """Angles of ``z_s`` and ``z_l`` (from ``z_b``): first those minimising the full-domain LP error at ``L``;
     where that error leaves room (< 0.45), then those minimising the norm of the smallest read-out."""
     from scipy.optimize import minimize
@@ -468,7 +478,7 @@ def _preln_bare_search(L: int, d: int, tau: float) -> tuple[dict[str, float], fl
         res = minimize(err, x, method="Nelder-Mead", options={"xatol": 1e-4, "fatol": 1e-7, "maxfev": 80})
         if res.fun < e:
             x, e = res.x, float(res.fun)
-    if e < 0.45:
+    if e < 0.45 and tune:
         res = minimize(norm, x, method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-3, "maxfev": 30})
         if res.fun < 1e12:
             x, e = res.x, err(res.x)
@@ -487,7 +497,7 @@ def best_construction(variant: str, L: int, d: int, tau: float | None = None, tu
     cfg = ToyConfig(variant, int(d), int(L), tau=tau)
     kw = {} if chunk is None else {"chunk": chunk}
     if variant == "softmax-preln-bare":
-        free, _ = _preln_bare_search(int(L), int(d), tau)
+        free, _ = _preln_bare_search(int(L), int(d), tau, tune)
         params = construct(variant, L, d, tau=tau, **free)
         res = full_domain_check(cfg, params, **kw)
         if not res.passed:

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-
 from countlens.toy.budget import l_cap
 from countlens.toy.constructions import best_construction
 from countlens.toy.model import DTYPE, boundary_representation, token_vectors
@@ -97,7 +96,7 @@ def plot_figure1(result: Figure1Result):
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 4, figsize=(16, 4.2))
-    for ax, panel in zip(axes, result.panels):
+    for ax, panel in zip(axes, result.panels, strict=True):
         pts = np.asarray(panel.points)
         if panel.sphere_radius is not None:
             t = np.linspace(0, 2 * np.pi, 400)

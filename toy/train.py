@@ -58,7 +58,8 @@ class TrainConfig:
     lr: learning rate (L-BFGS: initial step length, default 1; Adam: default 1e-2). cap: per-vector norm
     bound ``B`` (``None``: uncapped). init_scale: every initial vector has norm ≈ this. log_every: steps
     between log entries (and early-stop checks). stop_when_passed: stop at the first log step at which the
-    full-domain check passes.
+    full-domain check passes. ce_scale: classification's cross-entropy is taken on ``ce_scale ×`` the class
+    scores — a fixed inverse temperature of the loss only; predictions, norms and the check are unchanged.
     """
 
     optimizer: str = "lbfgs"
@@ -72,6 +73,7 @@ class TrainConfig:
     stop_when_passed: bool = False
     init_scale: float = 1.0
     history_size: int = 50
+    ce_scale: float = 1.0
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:
@@ -90,6 +92,8 @@ class TrainConfig:
             raise UsageError(f"--test-fraction must lie strictly between 0 and 1, got {self.test_fraction}")
         if int(self.log_every) < 1:
             raise UsageError(f"--log-every must be >= 1, got {self.log_every}")
+        if not (math.isfinite(self.ce_scale) and self.ce_scale > 0):
+            raise UsageError(f"--ce-scale must be a positive finite number, got {self.ce_scale}")
         if not (math.isfinite(self.init_scale) and self.init_scale > 0):
             raise UsageError(f"--init-scale must be a positive finite number, got {self.init_scale}")
 
@@ -191,12 +195,13 @@ def exact_accuracy(cfg: ToyConfig, p: ToyParams, n: torch.Tensor, m: torch.Tenso
                      .to(DTYPE).mean())
 
 
-def loss_fn(cfg: ToyConfig, p: ToyParams, n: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
-    """MSE to the count (regression) or cross-entropy over ``L + 1`` classes (classification): scalar."""
+def loss_fn(cfg: ToyConfig, p: ToyParams, n: torch.Tensor, m: torch.Tensor, ce_scale: float = 1.0) -> torch.Tensor:
+    """MSE to the count (regression) or cross-entropy over ``L + 1`` classes of ``ce_scale ×`` the scores
+    (classification): scalar."""
     out = model.forward(cfg, p, n, m)
     if cfg.readout == "regression":
         return ((out - n) ** 2).mean()
-    return torch.nn.functional.cross_entropy(out, n.long())
+    return torch.nn.functional.cross_entropy(ce_scale * out, n.long())
 
 
 def _params_digest(p: ToyParams) -> str:
@@ -260,7 +265,7 @@ class Trainer:
 
         def closure() -> torch.Tensor:
             self.optimizer.zero_grad()
-            loss = loss_fn(self.cfg, self.params, n, m)
+            loss = loss_fn(self.cfg, self.params, n, m, self.tcfg.ce_scale)
             loss.backward()
             return loss
 
@@ -279,7 +284,7 @@ class Trainer:
         """Metrics at the current parameters (one log entry)."""
         cfg, p = self.cfg, self.params.detach()
         with torch.no_grad():
-            loss = float(loss_fn(cfg, p, self.n[self.train_idx], self.m[self.train_idx]))
+            loss = float(loss_fn(cfg, p, self.n[self.train_idx], self.m[self.train_idx], self.tcfg.ce_scale))
         if not math.isfinite(loss):
             raise TrainingDiverged(self.step_count, f"the loss is {loss}")
         check = full_domain_check(cfg, p)

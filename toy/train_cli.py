@@ -40,8 +40,8 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "full": {"grid": list(ex.PAPER_GRID), "seeds": [0, 1, 2], "steps": 3000},
     },
     "figure2": {
-        "quick": {"L": [10, 20, 50], "seeds": [0], "steps": 400, "B": [10, 30, 100]},
-        "full": {"L": [10, 30, 100, 300, 1000], "seeds": [0, 1, 2], "steps": 5000, "B": [10, 30, 100, 300, 1000]},
+        "quick": {"L": [10, 20, 50], "seeds": [0], "steps": 2000, "B": [10, 30, 100]},
+        "full": {"L": [10, 30, 100, 300, 1000], "seeds": [0, 1, 2], "steps": 10000, "B": [10, 30, 100, 300, 1000]},
     },
     "figure3": {
         "quick": {"L": 50, "seeds": [0, 1, 2], "steps": 150},
@@ -125,7 +125,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     cfg = ToyConfig(variant=args.variant, d=args.d, L=args.L, readout=args.readout, tau=args.tau)
     tcfg = TrainConfig(optimizer=args.optimizer, steps=args.steps, seed=args.seed, cap=args.cap, lr=args.lr,
                        batch_size=args.batch_size, test_fraction=args.test_fraction, log_every=args.log_every,
-                       stop_when_passed=args.stop_when_passed, init_scale=args.init_scale)
+                       stop_when_passed=args.stop_when_passed, init_scale=args.init_scale, ce_scale=args.ce_scale)
     out = Path(args.json)
     ckpt = Path(args.checkpoint) if args.checkpoint else out.parent / f".{out.name}.ckpt"
     if args.checkpoint_every < 0:
@@ -168,6 +168,8 @@ def _add_train(sub: Any) -> None:
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--stop-when-passed", action="store_true", help="stop once the full-domain check passes")
     p.add_argument("--init-scale", type=float, default=1.0)
+    p.add_argument("--ce-scale", type=float, default=1.0, help="classification: cross-entropy on this multiple "
+                                                               "of the scores (loss temperature only)")
     p.add_argument("--checkpoint", default=None, help="checkpoint file (default: hidden file beside --json, "
                                                       "removed after success); an existing one is resumed")
     p.add_argument("--checkpoint-every", type=int, default=50)
@@ -316,10 +318,11 @@ def _cmd_figure2(args: argparse.Namespace) -> int:
     out = _out_dir(args)
     cache = ex.RunCache(out / ".figure2.runs")
     lmax = _lmax_panel(args, args.d, Bs, cache)
-    result = ex.figure2(Ls, seeds, steps, d=args.d, variant=args.variant, lmax=lmax, cache=cache, progress=True,
-                        **_train_kw(args))
+    result = ex.figure2(Ls, seeds, steps, d=args.d, variant=args.variant, lmax=lmax, ce_scale=args.ce_scale,
+                        cache=cache, progress=True, **_train_kw(args))
     result.provenance = provenance({"L": Ls, "seeds": seeds, "steps": steps, "d": args.d, "variant": args.variant,
-                                    "B": Bs, "table3": args.table3, "full": args.full})
+                                    "B": Bs, "table3": args.table3, "full": args.full,
+                                    "ce_scale": args.ce_scale if args.ce_scale is not None else "L"})
     return _write_figure(out, "figure2", result, plot_figure2, cache)
 
 
@@ -360,8 +363,9 @@ def _cmd_figure4(args: argparse.Namespace) -> int:
 
 
 def _write_figure(out: Path, name: str, result: Any, plot: Any, cache: ex.RunCache) -> int:
+    fig = plot(result)  # drawn first: a plotting failure leaves no result half-written
     write_json_atomic(out / f"{name}.json", result.to_dict())
-    paths = save_figure(plot(result), out / name)
+    paths = save_figure(fig, out / name)
     _done(cache)
     print(f"wrote {out / f'{name}.json'}, " + ", ".join(str(p) for p in paths))
     return 0
@@ -383,6 +387,7 @@ def _add_figures(sub: Any) -> None:
     p.add_argument("--B", default=None, help="caps for panel d (quick 10,30,100)")
     p.add_argument("--table3", default=None, help="reuse a `countlens toy table3 --attained --json` result "
                                                   "for panel d instead of training")
+    p.add_argument("--ce-scale", type=float, default=None, help="classifier loss temperature (default: L)")
     p.set_defaults(func=_cmd_figure2)
 
     p = sub.add_parser("figure3", parents=[common], help="Figure 3: training dynamics of softmax, 3 seeds")

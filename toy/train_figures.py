@@ -62,9 +62,12 @@ def plot_figure2(result: Any) -> plt.Figure:
         line = None
         if "attained" in row:
             line = ax[3].plot(B, [max(a, 0.5) for a in row["attained"]], marker=m, label=f"{v} attained")[0]
-        if "l_max" in row:
-            ax[3].plot(B, [max(float(x), 0.5) for x in row["l_max"]], ":", marker=m, mfc="none",
-                       color=line.get_color() if line else None, label=f"{v} constr.")
+        if "l_max" in row:  # None (not computed) and inf (no finite limit) are left out
+            pts = [(b, float(x)) for b, x in zip(B, row["l_max"], strict=True)
+                   if x is not None and np.isfinite(float(x))]
+            if pts:
+                ax[3].plot(*zip(*pts, strict=True), ":", marker=m, mfc="none",
+                           color=line.get_color() if line else None, label=f"{v} constr.")
     ax[3].set(xscale="log", yscale="log", xlabel="cap B", ylabel="L_max", title="(d) length within a budget")
     for a in ax:
         if a.get_legend_handles_labels()[0]:

@@ -4,9 +4,12 @@ import json
 
 import numpy as np
 import pytest
+from countlens.analysis.figures import plot_figure5, plot_figure6
+from countlens.analysis.layerwise import GeometryResult
 from countlens.llm.store import ActivationWriter
 
 from countlens.cli import main
+from countlens.results import save_figure
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -50,6 +53,11 @@ def test_geometry_writes_json_csv_and_figures(tmp_path):
     lines = (out / "figure5.csv").read_text().splitlines()
     assert len(lines) == 5 and lines[0].startswith("location,name,gap_ratio")
     assert len((out / "figure6.csv").read_text().splitlines()) == 1 + 4 * 20
+    # The figures redraw from the JSON alone (nan ratios, stored as "nan", included).
+    g["per_location"][0]["gap_ratio"] = "nan"
+    result = GeometryResult.from_dict(g)
+    for plot in (plot_figure5, plot_figure6):
+        assert save_figure(plot(result), tmp_path / "redrawn")[0].read_bytes()[:8] == PNG
 
 
 def test_geometry_bad_input_exit_2(tmp_path, capsys):

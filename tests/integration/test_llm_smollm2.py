@@ -12,12 +12,12 @@ import importlib.util
 import numpy as np
 import pytest
 import torch
-
-from countlens.cli import main
 from countlens.llm import acts_array, capture_meta, load_capture
 from countlens.llm.capture import BoundaryCapture, pad_batch
 from countlens.llm.models import load_model
 from countlens.llm.prompts import PromptSettings, build_prompts
+
+from countlens.cli import main
 
 pytestmark = [
     pytest.mark.slow,
@@ -55,8 +55,9 @@ def test_smollm2_capture_matches_independent_forward(tmp_path):
     # unbatched: exact
     prompts = build_prompts(loaded.tokenizer, PromptSettings(L=40, counts=[17], pairs=[["cat", "dog"]],
                                                              configs=["tally"], seeds=[1]))
-    with torch.inference_mode(), BoundaryCapture(model) as cap:
-        single = cap.run(*pad_batch(prompts, pad_id=2))[0]
+    with torch.inference_mode():
+        with BoundaryCapture(model) as cap:
+            single = cap.run(*pad_batch(prompts, pad_id=2))[0]
         hs = model(input_ids=torch.tensor([prompts[0].ids]), output_hidden_states=True).hidden_states
     np.testing.assert_allclose(single[:-1].numpy(), torch.stack([h[0, -1] for h in hs[:-1]]).numpy(),
                                atol=1e-5, rtol=0)

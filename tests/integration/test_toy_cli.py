@@ -53,19 +53,26 @@ def test_lcap_json_and_reason(tmp_path, capsys):
     assert run(["lcap", "--d", "3,4", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     assert data["d"] == [3, 4] and len(data["l_cap"]) == 2
-    assert all(c < b for c, b in zip(data["l_cap"], data["l_infeasible"]))
+    assert all(c < b for c, b in zip(data["l_cap"], data["l_infeasible"], strict=True))
     assert "sphere" in capsys.readouterr().out
 
 
-def test_table3_prints_and_writes(tmp_path, capsys):
+def test_table3_prints_writes_and_resumes(tmp_path, capsys):
     out = tmp_path / "t.json"
+    # an interrupted earlier run left the softmax row: it is reused, not recomputed
+    tau = 0.25
+    key = f"d=16|tau={tau!r}|softmax|B={10.0!r}"
+    (tmp_path / "t.json.partial").write_text(json.dumps({key: {
+        "variant": "softmax", "B": 10.0, "d": 16, "L": 999, "max_norm": 9.0, "worst_error": 0.4}}))
     assert run(["table3", "--d", "16", "--B", "10", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     assert set(data["variants"]) == {"softmax", "softmax-postln-bare", "softmax-postln-learned"}
-    for v, paper in (("softmax", 15), ("softmax-postln-bare", 11), ("softmax-postln-learned", 43)):
+    assert data["variants"]["softmax"]["l_max"] == [999]
+    assert not (tmp_path / "t.json.partial").exists()
+    for v, paper in (("softmax-postln-bare", 11), ("softmax-postln-learned", 43)):
         row = data["variants"][v]
         assert row["l_max"][0] >= paper and row["max_norm"][0] <= 10  # at least the paper's construction
-    assert "[15]" in capsys.readouterr().out  # the paper's value printed alongside
+    assert "[11]" in capsys.readouterr().out  # the paper's value printed alongside
 
 
 def test_figure1_writes_png_pdf_and_json(tmp_path):

@@ -9,12 +9,12 @@ Tolerance 1e-5 (float32); the observed error is ~1e-7.
 import numpy as np
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
-
 from countlens.llm import acts_array, capture_meta, load_capture
 from countlens.llm.capture import BoundaryCapture, capture, find_blocks, location_names, pad_batch
 from countlens.llm.models import load_model
 from countlens.llm.prompts import PromptSettings, build_prompts
+from transformers import AutoModelForCausalLM
+
 from tests.llm_fixtures import smollm2_tokenizer, tiny_models  # noqa: F401
 
 ATOL = 1e-5
@@ -43,6 +43,21 @@ def assert_matches_reference(model, acts: torch.Tensor, ids: list[int]) -> None:
         torch.testing.assert_close(final_norm(model)(acts[-1]), ref[-1], atol=ATOL, rtol=0)
     # the raw last block output is not the normed hidden state (the hook really took the raw one)
     assert (acts[-1] - ref[-1]).abs().max() > 1e-3
+
+
+def explicit_attention_parts(model, block, ids) -> dict:
+    """The input of ``block`` and the output of its self-attention, from plain HF hooks on one prompt."""
+    seen = {}
+    h1 = block.register_forward_pre_hook(lambda m, a, k: seen.update(x=(a[0] if a else k["hidden_states"])),
+                                         with_kwargs=True)
+    h2 = block.self_attn.register_forward_hook(lambda m, a, o: seen.update(attn=o[0]))
+    try:
+        with torch.no_grad():
+            model(input_ids=torch.tensor([ids]))
+    finally:
+        h1.remove()
+        h2.remove()
+    return seen
 
 
 @pytest.fixture(scope="module")
@@ -176,18 +191,8 @@ def test_transformer_lens_backend_gives_the_same_vectors(tiny_models, tmp_path):
         np.testing.assert_allclose(a_tl[:, :3], a_hf, atol=ATOL, rtol=0)
         if arch == "llama":  # resid_mid = block input + self-attention output, from explicit HF hooks
             model = tl_model.model
-            block = find_blocks(model)[1]
             row = int(key(tl)[-1])
             ids = tl_model.tokenizer(tl[row]["prompt"], add_special_tokens=False)["input_ids"]
-            seen = {}
-            h1 = block.register_forward_pre_hook(lambda m, a, k: seen.update(x=(a[0] if a else k["hidden_states"])),
-                                                 with_kwargs=True)
-            h2 = block.self_attn.register_forward_hook(lambda m, a, o: seen.update(attn=o[0]))
-            try:
-                with torch.no_grad():
-                    model(input_ids=torch.tensor([ids]))
-            finally:
-                h1.remove()
-                h2.remove()
+            seen = explicit_attention_parts(model, find_blocks(model)[1], ids)
             mid = (seen["x"] + seen["attn"])[0, -1].numpy()
             np.testing.assert_allclose(acts_array(tl)[row, 4], mid, atol=ATOL, rtol=0)

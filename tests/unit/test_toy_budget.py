@@ -4,7 +4,6 @@ import math
 
 import numpy as np
 import pytest
-
 from countlens.toy.budget import (
     b_min,
     fit_rates,
@@ -91,3 +90,8 @@ def test_l_max_inverts_b_min():
         assert b_min(v, int(res.L) + max(2, int(res.L) // 20), 16) > B  # a little longer no longer fits
     assert math.isinf(l_max("linear", 2.0, 16).L)
     assert l_max("linear", 1.0, 16).L == 0  # linear needs |b0| = 1 and a = d^(1/8) > 1
+
+
+def test_softmax_beats_the_papers_construction_at_B_10():
+    res = l_max("softmax", 10.0, 16)
+    assert res.L >= 15 and res.max_norm <= 10 and res.worst_error < 0.5

@@ -5,11 +5,10 @@ import math
 import numpy as np
 import pytest
 import torch
-
-from countlens.results import UsageError
 from countlens.toy.check import full_domain_check, n_pairs, reduced_form
 from countlens.toy.model import DTYPE, VARIANTS, ToyConfig, count_error, full_domain, init_params
 
+from countlens.results import UsageError
 
 
 def random_params(cfg, seed, scale=2.0):
@@ -130,3 +129,13 @@ def test_norms_are_reported():
     res = full_domain_check(cfg, p)
     assert res.norms["x_b"] == pytest.approx(float(torch.linalg.vector_norm(p.x_b)))
     assert res.max_norm == pytest.approx(max(res.norms.values()))
+
+
+def test_undefined_layernorm_fails_the_check():
+    """Post-LN of a vector with no centred part is 0/0: reported as an infinite error, never as a pass."""
+    cfg = ToyConfig("softmax-postln-bare", d=4, L=5)
+    p = random_params(cfg, 0)
+    p.x_b = torch.ones(4, dtype=DTYPE)  # constant vector: LN(o) undefined at n = m = 0
+    for method in ("fast", "model"):
+        res = full_domain_check(cfg, p, method=method)
+        assert not res.passed and math.isinf(res.worst_error) and res.worst_pair == (0, 0)

@@ -5,8 +5,6 @@ import math
 import numpy as np
 import pytest
 import torch
-
-from countlens.results import UsageError
 from countlens.toy.model import (
     DTYPE,
     VARIANTS,
@@ -19,6 +17,8 @@ from countlens.toy.model import (
     layer_norm,
     winning_gap,
 )
+
+from countlens.results import UsageError
 
 
 def random_params(cfg: ToyConfig, seed: int, scale: float = 2.0) -> ToyParams:
@@ -94,7 +94,7 @@ def test_large_norms_stay_exact(variant):
 
 def test_full_domain_enumerates_each_pair_once():
     n, m = full_domain(7)
-    pairs = set(zip(n.tolist(), m.tolist()))
+    pairs = set(zip(n.tolist(), m.tolist(), strict=True))
     assert len(pairs) == len(n) == 8 * 9 // 2
     assert pairs == {(a, b) for a in range(8) for b in range(8) if a + b <= 7}
 

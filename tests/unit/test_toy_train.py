@@ -103,6 +103,10 @@ def test_losses_match_explicit_attention():
         lse = np.log(np.exp(s - s.max(1, keepdims=True)).sum(1)) + s.max(1)
         ce = np.mean(lse - s[np.arange(len(pairs)), n.long().numpy()])
         assert float(loss_fn(cfgc, pc, n, m)) == pytest.approx(ce, rel=1e-10)
+        s7 = 7.0 * s  # the loss temperature scales the scores inside the cross-entropy only
+        lse7 = np.log(np.exp(s7 - s7.max(1, keepdims=True)).sum(1)) + s7.max(1)
+        ce7 = np.mean(lse7 - s7[np.arange(len(pairs)), n.long().numpy()])
+        assert float(loss_fn(cfgc, pc, n, m, ce_scale=7.0)) == pytest.approx(ce7, rel=1e-10)
 
 
 def test_logged_quantities_match_direct_computation():
@@ -184,6 +188,7 @@ def test_divergence_is_reported_with_its_step():
 @pytest.mark.parametrize("kw, match", [
     ({"steps": 0}, "steps"), ({"optimizer": "sgd"}, "optimizer"), ({"cap": 0.0}, "cap"),
     ({"cap": math.inf}, "cap"), ({"lr": -1.0}, "lr"), ({"test_fraction": 1.0}, "test-fraction"),
+    ({"ce_scale": 0.0}, "ce-scale"),
 ])
 def test_bad_train_config_is_a_usage_error(kw, match):
     with pytest.raises(UsageError, match=match):

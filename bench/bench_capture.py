@@ -1,0 +1,203 @@
+"""Benchmark: boundary capture on the embedded SmolLM2 vs what a user would otherwise run.
+
+Same prompts, same length-sorted right-padded batches, one process, methods interleaved round by round
+(the median round is reported, so a noisy neighbour hurts every method alike):
+  plain     ``model.base_model(...)`` with no hooks: the floor (target: capture >= 0.95 of its speed)
+  capture   countlens ``BoundaryCapture``, all 31 locations, boundary rows only
+  hidden    ``output_hidden_states=True``, then slicing the boundary rows (keeps every position of every layer)
+  early-k   ``BoundaryCapture`` of locations 0..k only (early stop after block k-1)
+  tl-cache  TransformerLens ``TransformerBridge.run_with_cache`` with a names filter (resid_pre 0 + every
+            resid_post), then slicing; runs last because booting the bridge switches attention to eager
+Peak memory is the rise of the process's peak RSS (``VmHWM``, reset through ``/proc/self/clear_refs``) over
+the RSS before the method ran, with a fixed malloc mmap threshold so freed buffers go back to the OS.
+Also reported: the end-to-end ``countlens.llm.capture`` (prompts -> Arrow folder) throughput.
+
+    python bench/bench_capture.py                    # 48 prompts, L=64, 3 rounds
+    python bench/bench_capture.py --prompts 96 --rounds 5 --json bench/out/capture.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+if "MALLOC_MMAP_THRESHOLD_" not in os.environ:  # must be set before the process starts
+    os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"})
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+
+def _status() -> dict[str, int]:
+    out = {}
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(("VmHWM", "VmRSS")):
+                key, value = line.split(":")
+                out[key] = int(value.split()[0]) * 1024
+    return out
+
+
+def measure(fn) -> tuple[float, float]:
+    """(seconds, peak RSS rise in MiB) of ``fn()``."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:
+        pass
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        before = _status()["VmRSS"]
+    except OSError:
+        before = None
+    start = time.perf_counter()
+    fn()
+    seconds = time.perf_counter() - start
+    peak = (_status()["VmHWM"] - before) / 2**20 if before is not None else float("nan")
+    return seconds, peak
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompts", type=int, default=48, help="number of prompts (counts spread over 0..L)")
+    parser.add_argument("--L", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--early", default="1,8,15", help="k values for the early-stop rows")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--json", default=None, help="write the measurements here")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    from countlens.llm.capture import BoundaryCapture, batches, capture, length_sorted, pad_batch
+    from countlens.llm.models import load_model
+    from countlens.llm.prompts import PromptSettings, build_prompts
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    loaded = load_model("default", progress=True)
+    model, tok = loaded.model, loaded.tokenizer
+    per_pair = max(1, args.prompts // 4)
+    counts = sorted({int(round(c)) for c in np.linspace(0, args.L, per_pair)})
+    settings = PromptSettings(L=args.L, counts=counts, configs=["count"], seeds=[0])
+    prompts = length_sorted(build_prompts(tok, settings))
+    n_tokens = sum(p.n_tokens for p in prompts)
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
+    groups = [pad_batch([prompts[i] for i in idx], pad_id) for idx in batches(prompts, args.batch_size)]
+    n_blocks = model.config.num_hidden_layers
+    early = [int(k) for k in args.early.split(",") if k.strip()]
+
+    def plain():
+        for ids, mask, _ in groups:
+            model.base_model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+                             use_cache=False)
+
+    def ours(locations=None):
+        def run():
+            out = []
+            with BoundaryCapture(model, locations) as cap:
+                for ids, mask, index in groups:
+                    out.append(cap.run(ids, mask, index))
+            return out
+        return run
+
+    def hidden():
+        out = []
+        for ids, mask, index in groups:
+            hs = model.base_model(input_ids=ids, attention_mask=mask, output_hidden_states=True,
+                                  position_ids=(mask.cumsum(-1) - 1).clamp(min=0), use_cache=False).hidden_states
+            rows = torch.arange(ids.shape[0])
+            out.append(torch.stack([h[rows, index] for h in hs], dim=1).float())
+        return out
+
+    methods = {"plain": plain, "capture": ours(), "hidden": hidden}
+    methods.update({f"early-{k}": ours(list(range(k + 1))) for k in early})
+    times: dict[str, list[float]] = {m: [] for m in methods}
+    peaks: dict[str, list[float]] = {m: [] for m in methods}
+    with torch.inference_mode():
+        plain()  # warm-up
+        # correctness first: our vectors equal output_hidden_states' (all but the normed last one)
+        a, b = ours()(), hidden()
+        max_err = max(float((x[:, :-1] - y[:, :-1]).abs().max()) for x, y in zip(a, b, strict=True))
+        for _ in range(args.rounds):
+            for name, fn in methods.items():
+                s, p = measure(fn)
+                times[name].append(s)
+                peaks[name].append(p)
+
+        # TransformerLens last: booting it switches the model to eager attention.
+        from transformer_lens.model_bridge import TransformerBridge
+
+        bridge = TransformerBridge.boot_transformers(loaded.source.get("path") or str(loaded.model_id),
+                                                     hf_model=model, tokenizer=tok, device="cpu")
+        wanted = {"blocks.0.hook_resid_pre"} | {f"blocks.{i}.hook_resid_post" for i in range(n_blocks)}
+
+        def tl_cache():
+            out = []
+            for ids, mask, index in groups:
+                _, cache = bridge.run_with_cache(ids, attention_mask=mask, names_filter=lambda n: n in wanted,
+                                                 return_type=None)
+                rows = torch.arange(ids.shape[0])
+                names = ["blocks.0.hook_resid_pre"] + [f"blocks.{i}.hook_resid_post" for i in range(n_blocks)]
+                out.append(torch.stack([cache[n][rows, index] for n in names], dim=1))
+            return out
+
+        tl_out = tl_cache()
+        tl_err = max(float((x - y).abs().max() / y.abs().max()) for x, y in zip(tl_out, a, strict=True))
+        times["tl-cache"], peaks["tl-cache"] = [], []
+        eager_ours = []
+        for _ in range(args.rounds):
+            s, p = measure(tl_cache)
+            times["tl-cache"].append(s)
+            peaks["tl-cache"].append(p)
+            eager_ours.append(measure(ours())[0])
+
+    # end to end: prompts -> Arrow folder (model already loaded; eager attention now, like tl-cache)
+    tmp = tempfile.mkdtemp(prefix="countlens-bench-")
+    try:
+        s, _ = measure(lambda: capture(loaded, os.path.join(tmp, "cap"), L=args.L, counts=counts,
+                                       configs=["count"], seeds=[0], batch_size=args.batch_size, progress=False))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    med = {m: statistics.median(v) for m, v in times.items()}
+    rows = []
+    for name in methods.keys() | {"tl-cache"}:
+        rows.append((name, med[name], len(prompts) / med[name], n_tokens / med[name], med["plain"] / med[name],
+                     max(peaks[name])))
+    order = ["plain", "capture", "hidden", "tl-cache"] + [f"early-{k}" for k in early]
+    rows.sort(key=lambda r: order.index(r[0]))
+    print(f"SmolLM2-135M-Instruct, {len(prompts)} prompts, {n_tokens} tokens (L={args.L}), batch {args.batch_size}, "
+          f"{args.rounds} rounds, torch threads {torch.get_num_threads()}, {platform.processor() or platform.machine()}")
+    print(f"{'method':<10} {'median s':>9} {'prompts/s':>10} {'tokens/s':>9} {'vs plain':>9} {'peak MiB':>9}")
+    for name, sec, pps, tps, ratio, peak in rows:
+        print(f"{name:<10} {sec:9.2f} {pps:10.2f} {tps:9.0f} {ratio:9.3f} {peak:9.1f}")
+    print(f"capture / plain speed = {med['plain'] / med['capture']:.3f} (target >= 0.95); capture vs hidden "
+          f"{med['hidden'] / med['capture']:.2f}x; vs tl-cache {med['tl-cache'] / statistics.median(eager_ours):.2f}x "
+          f"(both on eager attention)")
+    for k in early:
+        print(f"early stop after block {k - 1} (locations 0..{k}): {med['capture'] / med[f'early-{k}']:.2f}x "
+              f"faster than all {n_blocks} blocks")
+    print(f"end-to-end countlens.llm.capture (incl. Arrow writes): {len(prompts) / s:.2f} prompts/s, "
+          f"{n_tokens / s:.0f} tokens/s")
+    print(f"max |capture - output_hidden_states| = {max_err:.2e}; max relative |tl - capture| = {tl_err:.2e}")
+    if args.json:
+        from countlens.results import provenance, write_json_atomic
+
+        write_json_atomic(args.json, {"prompts": len(prompts), "tokens": n_tokens, "median_seconds": med,
+                                      "peak_mib": {m: max(v) for m, v in peaks.items()},
+                                      "end_to_end_seconds": s, "max_err_hidden": max_err, "max_rel_err_tl": tl_err,
+                                      "provenance": provenance(vars(args))})
+
+
+if __name__ == "__main__":
+    main()
