@@ -236,8 +236,9 @@ def _probe_table(page: _Page, rel: str) -> str:
                         + [page.v(rel, "locations", i, "fits", j, c) if c in fit else "—" for c in cols])
     best = f"<p>Best location by validation accuracy: {page.v(rel, 'best_location')}.</p>" \
         if "best_location" in obj else ""
-    return best + _table(["location", "split seed", "alpha", "validation rounded accuracy",
-                          "test rounded accuracy", "R²", "native norm"], rows)
+    return best + ("<details><summary>Selected probe per location and split seed</summary>"
+                   + _table(["location", "split seed", "alpha", "validation rounded accuracy",
+                             "test rounded accuracy", "R²", "native norm"], rows) + "</details>")
 
 
 def _stage_record(page: _Page, stage: str) -> tuple[int | None, dict | None]:
@@ -385,13 +386,14 @@ def _header(page: _Page) -> None:
     crows = [[page.k(rel, "provenance", "config", "sizes", k), _list_or_value(page, rel, ["provenance", "config",
                                                                                        "sizes", k], v)]
              for k, v in sizes.items()]
-    page.add("<h2>Configuration and versions</h2>" + _table(["setting", "value"], crows)
+    page.add("<h2>Configuration and versions</h2><p>Extra arguments of each stage's command "
+             "(the full commands are listed below).</p>" + _table(["stage", "arguments"], crows, left=2)
              + _table(["package", "version"], vrows) + _commands(page))
 
 
 def _list_or_value(page: _Page, rel: str, path: list, value: Any) -> str:
     if isinstance(value, list):
-        return " ".join(page.v(rel, *path, i) for i in range(len(value)))
+        return " ".join(page.v(rel, *path, i) for i in range(len(value))) or "(the command's own defaults)"
     if isinstance(value, dict):
         return ", ".join(f"{page.k(rel, *path, k)} = {page.v(rel, *path, k)}" for k in value)
     return page.v(rel, *path)

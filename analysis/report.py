@@ -52,7 +52,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "toy-table2": ["--full"], "toy-table3": ["--d", "16", "--B", "10,30,100,300,1000", "--attained-full"],
         "toy-figure1": [], "toy-figure2": ["--full"], "toy-figure3": ["--full"], "toy-figure4": ["--full"],
         "toy-construct": {"d": 16, "L": 100},
-        "capture": ["--L", "256", "--counts", "0:100", "--per-count", "4", "--seeds", "0,1,2"],
+        # The capture's own defaults: all four token pairs and every wording (3,636 prompts).
+        "capture": ["--L", "256", "--counts", "0:100", "--per-count", "1", "--seeds", "0,1,2"],
         "geometry": _WINDOWS, "compare": ["--arc-counts", "1:100", *_WINDOWS],
     },
     "test": {
@@ -343,7 +344,9 @@ def register_reproduce(subparsers) -> None:
     p.add_argument("--dtype", default=None, help="dtype for the capture (passed to llm capture)")
     p.add_argument("--template", default=None, help="chat template override (passed to llm capture)")
     p.add_argument("--batch-size", type=int, default=None, help="capture batch size (passed to llm capture)")
-    p.add_argument("--stages", default=None, help="comma-separated stages to run (default: all)")
+    p.add_argument("--stages", default=None,
+                   help="comma-separated stages to run (default: all): toy-rates, toy-lcap, toy-table2, "
+                        "toy-table3, toy-figure1..4, toy-construct, capture, probe, probe-sweep, geometry, compare")
     p.add_argument("--out", required=True, help="report folder")
     p.set_defaults(func=run_reproduce)
 

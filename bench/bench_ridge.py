@@ -21,9 +21,10 @@ import platform
 import time
 
 import numpy as np
+from sklearn.linear_model import Ridge, RidgeCV
+
 from countlens.probes.experiments import load_probe_data, parse_alphas
 from countlens.probes.ridge import ridge_path
-from sklearn.linear_model import Ridge, RidgeCV
 
 
 def synthetic(rows: int, dim: int, locations: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -51,7 +52,12 @@ def main() -> None:
     parser.add_argument("--alphas", default="1e-6:1e4:41")
     parser.add_argument("--acts", default=None, help="a capture folder instead of synthetic data")
     parser.add_argument("--json", default=None, help="write the measurements here")
+    parser.add_argument("--threads", type=int, default=None, help="BLAS threads for all three (default: as set)")
     args = parser.parse_args()
+    if args.threads:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(args.threads)
     alphas = parse_alphas(args.alphas)
     if args.acts:
         data = load_probe_data(args.acts)
@@ -64,14 +70,21 @@ def main() -> None:
     n_loc, rows, dim = X.shape
     print(f"{source}: {rows} rows x {dim} dims x {n_loc} locations x {len(alphas)} alphas")
 
+    print("timing ridge_path ...", flush=True)
     t0 = time.perf_counter()
     ours = [ridge_path(X[loc], y, alphas) for loc in range(n_loc)]
     t_ours = time.perf_counter() - t0
 
+    print(f"  {time.perf_counter() - t0:.2f} s; timing ridge_path(solver='covariance') ...", flush=True)
+    t0 = time.perf_counter()
+    ours_cov = [ridge_path(X[loc], y, alphas, solver="covariance") for loc in range(n_loc)]
+    t_cov = time.perf_counter() - t0
+    print(f"  {t_cov:.2f} s; timing the sklearn Ridge loop ...", flush=True)
     t0 = time.perf_counter()
     loop = [[Ridge(alpha=a).fit(X[loc], y) for a in alphas] for loc in range(n_loc)]
     t_loop = time.perf_counter() - t0
 
+    print(f"  {time.perf_counter() - t0:.2f} s; timing RidgeCV ...", flush=True)
     t0 = time.perf_counter()
     cv = [RidgeCV(alphas=alphas, store_cv_results=True).fit(X[loc], y) for loc in range(n_loc)]
     t_cv = time.perf_counter() - t0
@@ -79,22 +92,34 @@ def main() -> None:
     diff_loop = max(rel(ours[loc][0][i], loop[loc][i].coef_) for loc in range(n_loc) for i in range(len(alphas)))
     diff_cv = max(rel(ours[loc][0][int(np.flatnonzero(alphas == cv[loc].alpha_)[0])], cv[loc].coef_)
                   for loc in range(n_loc))
-    # Ridge's default (Cholesky) solve loses digits at small α on ill-conditioned data; the SVD solver is the
-    # accuracy reference there, so report agreement with it too (one location, every α).
-    diff_svd = max(rel(ours[0][0][i], Ridge(alpha=a, solver="svd").fit(X[0], y).coef_) for i, a in enumerate(alphas))
+    diff_cov = max(rel(ours_cov[loc][0][i], loop[loc][i].coef_) for loc in range(n_loc) for i in range(len(alphas)))
+    # Ridge's default (Cholesky) solve loses digits at small α on ill-conditioned data; its SVD solver is the
+    # accuracy reference there: compare at every location for the smallest, middle and largest α.
+    picks = sorted({0, len(alphas) // 2, len(alphas) - 1})
+    svd_ref = {(loc, i): Ridge(alpha=alphas[i], solver="svd").fit(X[loc], y).coef_ for loc in range(n_loc)
+               for i in picks}
+    diff_svd = max(rel(ours[loc][0][i], ref) for (loc, i), ref in svd_ref.items())
+    diff_cov_svd = max(rel(ours_cov[loc][0][i], ref) for (loc, i), ref in svd_ref.items())
     out = {
         "source": source, "rows": rows, "dim": dim, "locations": n_loc, "alphas": len(alphas),
-        "seconds": {"ridge_path": t_ours, "sklearn_ridge_loop": t_loop, "sklearn_ridgecv": t_cv},
+        "seconds": {"ridge_path": t_ours, "ridge_path_covariance": t_cov, "sklearn_ridge_loop": t_loop,
+                    "sklearn_ridgecv": t_cv},
         "speedup_vs_ridge_loop": t_loop / t_ours, "speedup_vs_ridgecv": t_cv / t_ours,
+        "covariance_speedup_vs_ridge_loop": t_loop / t_cov,
         "max_rel_coef_diff_vs_ridge_loop": diff_loop, "max_rel_coef_diff_vs_ridgecv": diff_cv,
-        "max_rel_coef_diff_vs_ridge_svd_location0": diff_svd,
+        "max_rel_coef_diff_vs_ridge_svd": diff_svd, "covariance_max_rel_coef_diff_vs_ridge_loop": diff_cov,
+        "covariance_max_rel_coef_diff_vs_ridge_svd": diff_cov_svd,
+        "blas_threads": args.threads or "default",
         "machine": f"{platform.processor() or platform.machine()}, {__import__('os').cpu_count()} cpus",
     }
     print(f"ridge_path          {t_ours:8.2f} s")
     print(f"sklearn Ridge loop  {t_loop:8.2f} s   ratio {t_loop / t_ours:6.1f}x   max rel coef diff {diff_loop:.1e}")
     print(f"sklearn RidgeCV     {t_cv:8.2f} s   ratio {t_cv / t_ours:6.1f}x   max rel coef diff {diff_cv:.1e} "
           "(at its selected alpha)")
-    print(f"vs Ridge(solver='svd') at location 0, every alpha: max rel coef diff {diff_svd:.1e}")
+    print(f"ridge_path(solver='covariance') {t_cov:8.2f} s   ratio vs loop {t_loop / t_cov:6.1f}x   "
+          f"max rel coef diff vs loop {diff_cov:.1e}")
+    print(f"vs Ridge(solver='svd') at every location, alphas {[float(alphas[i]) for i in picks]}: max rel coef "
+          f"diff {diff_svd:.1e} (ours), {diff_cov_svd:.1e} (covariance)")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(out, fh, indent=2)

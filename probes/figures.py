@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
-from countlens.probes.experiments import NormSweepResult, ProbeResult
 from matplotlib.ticker import MaxNLocator, NullFormatter
+
+from countlens.probes.experiments import NormSweepResult, ProbeResult
 
 
 def plot_binned_accuracy(result: ProbeResult, locations: list[str] | None = None):

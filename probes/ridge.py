@@ -21,8 +21,9 @@ from collections.abc import Sequence
 
 import numpy as np
 import scipy.linalg
-from countlens.probes.metrics import rounded_accuracy
 from sklearn.base import BaseEstimator, RegressorMixin
+
+from countlens.probes.metrics import rounded_accuracy
 
 _EPS = np.finfo(np.float64).eps
 DEFAULT_ALPHAS = tuple(np.logspace(-6, 4, 41).tolist())
@@ -73,10 +74,32 @@ def _solve_eigen_gram(Xc: np.ndarray, yc: np.ndarray, alphas: np.ndarray) -> np.
     return (dual @ Q.T) @ Xc  # (A, d)
 
 
-def ridge_path(X: np.ndarray, y: np.ndarray, alphas: Sequence[float] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _solve_eigen_covariance(Xc: np.ndarray, yc: np.ndarray, alphas: np.ndarray) -> np.ndarray:
+    """Ridge coefficients (A, d) from ``Xcᵀ Xc = V diag(λ) Vᵀ`` (the d × d covariance); opt-in for n >> d.
+
+    About twice as fast as the thin SVD at 2,000 x 576 (one BLAS-3 product and a d × d eigh instead of a
+    QR and an SVD), but forming ``XcᵀXc`` squares the condition number — the precision of
+    ``sklearn.linear_model.Ridge``'s default Cholesky solver, not that of its SVD solver.
+    """
+    lam, V = np.linalg.eigh(Xc.T @ Xc)  # (d,), (d, d)
+    Vty = V.T @ (Xc.T @ yc)  # (d,)
+    cut = _EPS * max(Xc.shape) * max(lam[-1], 0.0)
+    denom = lam[None, :] + alphas[:, None]  # (A, d)
+    keep = np.where(alphas[:, None] == 0, lam[None, :] > cut, denom > 0)
+    return np.where(keep, Vty[None, :] / np.where(keep, denom, 1.0), 0.0) @ V.T  # (A, d)
+
+
+SOLVERS = ("auto", "svd", "gram", "covariance")
+
+
+def ridge_path(X: np.ndarray, y: np.ndarray, alphas: Sequence[float] | np.ndarray,
+               solver: str = "auto") -> tuple[np.ndarray, np.ndarray]:
     """Ridge fits for every α from one decomposition of the centred design; intercept not penalised.
 
     X: (n, d) samples; y: (n,) targets; alphas: (A,) penalties >= 0 (0 = minimum-norm least squares).
+    solver: ``"auto"`` (thin SVD when n > d, eigendecomposition of the n × n Gram matrix otherwise, as
+    ``RidgeCV`` chooses), or force ``"svd"``, ``"gram"``, or ``"covariance"`` (eigendecomposition of the
+    d × d ``XcᵀXc``: faster for n >> d, squares the condition number).
     Returns ``coefs`` (A, d) and ``intercepts`` (A,), float64, such that ``X @ coefs[i] + intercepts[i]``
     equals ``sklearn.linear_model.Ridge(alpha=alphas[i]).fit(X, y).predict(X)``.
     """
@@ -89,7 +112,12 @@ def ridge_path(X: np.ndarray, y: np.ndarray, alphas: Sequence[float] | np.ndarra
     y_mean = y.mean()
     Xc, yc = X - x_mean, y - y_mean
     n, d = X.shape
-    coefs = _solve_svd(Xc, yc, alphas) if n > d else _solve_eigen_gram(Xc, yc, alphas)  # (A, d)
+    if solver not in SOLVERS:
+        raise ValueError(f"solver must be one of {', '.join(SOLVERS)}, got {solver!r}")
+    if solver == "auto":
+        solver = "svd" if n > d else "gram"
+    solve = {"svd": _solve_svd, "gram": _solve_eigen_gram, "covariance": _solve_eigen_covariance}[solver]
+    coefs = solve(Xc, yc, alphas)  # (A, d)
     return coefs, y_mean - coefs @ x_mean
 
 

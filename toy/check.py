@@ -14,7 +14,8 @@ exponentials and every pair a handful of multiply-adds, independent of ``d``. Th
 largest weight, which keeps scores of 1e8 finite; the ``m = 0`` column, whose largest weight can be far smaller
 than the row's, is evaluated on its own. Rows are processed in chunks of at most ``chunk`` pairs, so
 ``L = 10,000`` (5·10^7 pairs) never holds more than a chunk in memory. Classification has no such reduction
-(one score per class) and goes through :func:`countlens.toy.model.count_error` in chunks.
+(one score per class); its reduced form ``λ·P_k / norm(λ) + const_k`` with ``P`` (3, L+1) still drops the
+factor d. ``method="model"`` runs :func:`countlens.toy.model.count_error` in chunks instead (the reference).
 """
 
 from __future__ import annotations
@@ -192,6 +193,71 @@ def _scan_rows(cfg: ToyConfig, rf: dict, L: int, chunk: int) -> tuple[float, tup
     return worst, pair
 
 
+def _classification_form(cfg: ToyConfig, p: ToyParams) -> dict:
+    """Classification in reduced form: class scores ``λ·P_k / norm(λ) + const_k`` with ``P`` (3, L+1)."""
+    with torch.no_grad():
+        z = token_vectors(cfg, p).detach().cpu().numpy().astype(np.float64)  # (3, d)
+        U = p.U.detach().cpu().numpy().astype(np.float64)  # (K, d)
+        c = p.c.detach().cpu().numpy().astype(np.float64)  # (K,)
+        out = {"s": cfg.tau * (z @ z[0])}
+        if cfg.ln_place == "post":
+            zc = z - z.mean(axis=1, keepdims=True)
+            if cfg.ln_learned:
+                gamma, beta = p.gamma.detach().cpu().numpy(), p.beta.detach().cpu().numpy()
+                out.update(P=zc @ (U * gamma).T, const=U @ beta + c)
+            else:
+                out.update(P=zc @ U.T, const=c)
+            out["G"] = zc @ zc.T
+        else:
+            out.update(P=z @ U.T, const=c)
+    return out
+
+
+def _mixing(cfg: ToyConfig, s: np.ndarray, n: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """λ per pair, (P, 3): the numpy twin of ``model.mixing_weights``."""
+    counts = np.stack([np.ones_like(n), n, m], axis=1)
+    if cfg.attention == "linear":
+        return counts * s
+    with np.errstate(divide="ignore"):
+        logits = s + np.log(counts)
+    logits -= logits.max(axis=1, keepdims=True)
+    w = np.exp(logits)
+    return w / w.sum(axis=1, keepdims=True)
+
+
+def _check_classification(cfg: ToyConfig, p: ToyParams, L: int, chunk: int) -> tuple[float, tuple[int, int]]:
+    """Negated smallest winning gap over the domain and its pair; O(L) per pair instead of O(d L)."""
+    rf = _classification_form(cfg, p)
+    P, const = rf["P"], rf["const"]
+    K = P.shape[1]
+    per = max(1, chunk // K)  # pairs per block
+    worst, pair = -math.inf, (0, 0)
+    rows = np.arange(L + 2)
+    offsets = rows * (L + 1) - rows * (rows - 1) // 2  # index of pair (n, 0) in row-major order
+    total = int(offsets[-1])
+    with np.errstate(all="ignore"):
+        for start in range(0, total, per):
+            i = np.arange(start, min(start + per, total))
+            idx = np.searchsorted(offsets, i, side="right") - 1  # (B,) the count n = the true class
+            n = idx.astype(np.float64)
+            m = (i - offsets[idx]).astype(np.float64)
+            lam = _mixing(cfg, rf["s"], n, m)  # (B, 3)
+            S = lam @ P  # (B, K)
+            if cfg.ln_place == "post":
+                quad = np.einsum("bi,ij,bj->b", lam, rf["G"], lam) / cfg.d + cfg.eps
+                S /= np.sqrt(np.maximum(quad, 0.0))[:, None]
+            S += const
+            b = np.arange(len(i))
+            true = S[b, idx].copy()
+            S[b, idx] = -np.inf
+            err = S.max(axis=1) - true  # negated winning gap
+            err[np.isnan(err)] = np.inf
+            k = int(err.argmax())
+            if err[k] > worst:
+                worst, pair = float(err[k]), (int(n[k]), int(m[k]))
+    return worst, pair
+
+
 def _check_by_model(cfg: ToyConfig, p: ToyParams, L: int, chunk: int) -> tuple[float, tuple[int, int]]:
     """Any read-out, through ``model.count_error`` on chunks of rows (O(d) or O(d L) per pair)."""
     worst, pair = -math.inf, (0, 0)
@@ -218,8 +284,8 @@ def full_domain_check(cfg: ToyConfig, params: ToyParams, L: int | None = None, c
                       method: str = "auto") -> CheckResult:
     """Check rounding-exact counting on every pair ``n, m >= 0, n + m <= L`` (``L`` defaults to ``cfg.L``).
 
-    method: ``"fast"`` (reduced form, regression only), ``"model"`` (chunked ``model.count_error``) or
-    ``"auto"`` (fast for regression). Memory is O(chunk) whatever ``L``.
+    method: ``"fast"`` (reduced form: O(1) per pair for regression, O(L) for classification), ``"model"``
+    (chunked ``model.count_error``, O(d) or O(d L) per pair) or ``"auto"`` (= fast). Memory is O(chunk).
     """
     L = int(cfg.L if L is None else L)
     if L < 1:
@@ -230,10 +296,10 @@ def full_domain_check(cfg: ToyConfig, params: ToyParams, L: int | None = None, c
             raise UsageError(f"a classifier with {rows} classes counts 0..{rows - 1}: check it with --L {rows - 1}")
     if method not in ("auto", "fast", "model"):
         raise ValueError(f"unknown method {method!r}")
-    fast = cfg.readout == "regression" and method != "model"
-    if method == "fast" and not fast:
-        raise ValueError("the fast path needs the regression read-out")
-    check = _check_regression if fast else _check_by_model
+    if method == "model":
+        check = _check_by_model
+    else:
+        check = _check_regression if cfg.readout == "regression" else _check_classification
     worst, pair = check(cfg, params, L, max(int(chunk), 1))
     norms = params.vector_norms()
     if cfg.readout == "regression":

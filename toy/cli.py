@@ -142,8 +142,8 @@ def cmd_lcap(args: argparse.Namespace) -> int:
     if args.json:
         write_json_atomic(args.json, out)
     for r in rows:
-        print(f"d={r.d}: L_cap = {r.l_cap} (constructed, verified); L >= {r.l_infeasible} infeasible. "
-              f"Why finite: {r.reason}")
+        have = "not searched" if r.l_cap is None else f"{r.l_cap} (constructed, verified)"
+        print(f"d={r.d}: L_cap = {have}; L >= {r.l_infeasible} infeasible. Why finite: {r.reason}")
     return 0
 
 

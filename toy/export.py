@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from countlens.llm.store import ActivationWriter, read_meta
-from countlens.toy.model import ToyConfig, ToyParams, attention_output, boundary_representation, full_domain
 
+from countlens.llm.store import ActivationWriter, read_meta
 from countlens.results import UsageError, provenance
+from countlens.toy.model import ToyConfig, ToyParams, attention_output, boundary_representation, full_domain
 
 LOCATIONS = ("attn_out", "h")
 SHARD_ROWS = 50_000

@@ -5,13 +5,13 @@ import json
 import datasets
 import numpy as np
 import pytest
+from sklearn.linear_model import Ridge
+
+from countlens.cli import main
 from countlens.llm.store import ActivationWriter, features
 from countlens.probes.experiments import split_rows
 from countlens.probes.metrics import rounded_accuracy
 from countlens.toy.model import ToyConfig, init_params
-from sklearn.linear_model import Ridge
-
-from countlens.cli import main
 
 NAMES = ["embed", "blocks.0.hook_resid_post", "blocks.1.hook_resid_post"]
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -112,3 +112,18 @@ def test_stage_plan_covers_every_figure_and_table(tmp_path):
     assert set(FIGURES) | {"toy-rates", "toy-lcap", "toy-table2", "toy-table3", "capture"} <= set(stages)
     assert stages["compare"].needs == ["capture", "toy-construct"]
     assert main(["reproduce", "--out", str(tmp_path / "x"), "--stages", "nope"]) == 2
+
+
+def test_crashing_command_is_logged_and_ctrl_c_stops_the_run(tmp_path, monkeypatch):
+    import countlens.cli
+
+    def boom(argv):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(countlens.cli, "main", boom)
+    code, reason = run_command(["geometry", "--acts", "x", "--out", "y"], tmp_path / "error.log")
+    assert code == 1 and reason.startswith("RuntimeError: boom")
+    assert "Traceback" in (tmp_path / "error.log").read_text()
+    monkeypatch.setattr(countlens.cli, "main", lambda argv: 130)
+    with pytest.raises(KeyboardInterrupt):
+        run_command(["geometry", "--acts", "x", "--out", "y"], tmp_path / "error.log")

@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from sklearn.linear_model import Ridge
+
 from countlens.probes.experiments import (
     NormSweepResult,
     ProbeData,
@@ -15,8 +17,6 @@ from countlens.probes.experiments import (
     split_rows,
 )
 from countlens.probes.metrics import rounded_accuracy
-from sklearn.linear_model import Ridge
-
 from countlens.results import UsageError
 
 NAMES = ["embed", "blocks.0.hook_resid_post", "blocks.1.hook_resid_post"]
@@ -135,8 +135,9 @@ def test_exact_probe_norm_on_exactly_linear_data():
 
 
 def test_classifier_probe_native_scores_match_sklearn_on_standardised_inputs():
-    from countlens.probes.experiments import fit_classifier_probe
     from sklearn.linear_model import LogisticRegression
+
+    from countlens.probes.experiments import fit_classifier_probe
 
     data = _data(rows=300, d=6)
     splits = split_rows(300, 0)

@@ -2,8 +2,9 @@
 
 import numpy as np
 import pytest
-from countlens.probes.metrics import binned_accuracy, count_bins, mae, native_norm, r2, rounded_accuracy
 from sklearn.metrics import mean_absolute_error, r2_score
+
+from countlens.probes.metrics import binned_accuracy, count_bins, mae, native_norm, r2, rounded_accuracy
 
 
 def test_rounded_accuracy_matches_a_loop_and_treats_half_as_wrong():

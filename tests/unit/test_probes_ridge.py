@@ -2,6 +2,13 @@
 
 import numpy as np
 import pytest
+from sklearn.base import clone
+from sklearn.linear_model import Ridge
+from sklearn.metrics import r2_score
+from sklearn.model_selection import cross_val_score
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
 from countlens.probes.metrics import rounded_accuracy
 from countlens.probes.ridge import (
     RidgePathProbe,
@@ -11,12 +18,6 @@ from countlens.probes.ridge import (
     native_ridge_path,
     ridge_path,
 )
-from sklearn.base import clone
-from sklearn.linear_model import Ridge
-from sklearn.metrics import r2_score
-from sklearn.model_selection import cross_val_score
-from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
 
 ALPHAS = np.array([1e-6, 1e-3, 0.1, 1.0, 10.0, 1e3, 1e5])
 # Shapes on both sides of n = d (n > d: thin SVD; n <= d: Gram eigendecomposition), square included.
@@ -88,6 +89,22 @@ def test_both_solvers_agree(n, d):
     Xc, yc = X - X.mean(0), y - y.mean()
     alphas = np.array([0.0, 1e-4, 1.0, 100.0])
     np.testing.assert_allclose(_solve_svd(Xc, yc, alphas), _solve_eigen_gram(Xc, yc, alphas), rtol=1e-7, atol=1e-9)
+
+
+# Each forced solver on the side it is meant for ("svd" works on both; the Gram and covariance forms square
+# the condition number, so they are only accurate where their matrix is the small, full-rank one).
+@pytest.mark.parametrize("solver,n,d", [("svd", 200, 30), ("svd", 12, 60), ("gram", 12, 60), ("gram", 30, 30),
+                                        ("covariance", 200, 30), ("covariance", 40, 5)])
+def test_forced_solvers_match_sklearn(solver, n, d):
+    X, y = _design(n, d, 8)
+    coefs, intercepts = ridge_path(X, y, np.concatenate([[0.0], ALPHAS]), solver=solver)
+    Xc, yc = X - X.mean(0), y - y.mean()
+    assert _rel(coefs[0], np.linalg.lstsq(Xc, yc, rcond=None)[0]) < 1e-8
+    for i, alpha in enumerate(ALPHAS, start=1):
+        ref = Ridge(alpha=alpha, solver="svd").fit(X, y)
+        assert _rel(coefs[i], ref.coef_) < 1e-8 and abs(intercepts[i] - ref.intercept_) < 1e-8 * abs(ref.intercept_)
+    with pytest.raises(ValueError):
+        ridge_path(X, y, [1.0], solver="cholesky")
 
 
 def test_ridge_path_rejects_bad_alphas_and_shapes():

@@ -36,3 +36,13 @@ def test_unknown_subcommand_exits_2(capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "error" in err
+
+
+def test_written_files_get_normal_permissions(tmp_path):
+    import os
+    import stat
+
+    path = write_json_atomic(tmp_path / "r.json", {"a": 1})
+    mask = os.umask(0)
+    os.umask(mask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~mask  # not mkstemp's 0600

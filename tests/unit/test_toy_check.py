@@ -139,3 +139,13 @@ def test_undefined_layernorm_fails_the_check():
     for method in ("fast", "model"):
         res = full_domain_check(cfg, p, method=method)
         assert not res.passed and math.isinf(res.worst_error) and res.worst_pair == (0, 0)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_classification_fast_path_equals_model_path(variant):
+    cfg = ToyConfig(variant, d=5, L=23, readout="classification")
+    p = random_params(cfg, 2)
+    fast = full_domain_check(cfg, p, chunk=200)  # blocks of a few pairs, rows split across blocks
+    model = full_domain_check(cfg, p, method="model")
+    assert fast.worst_error == pytest.approx(model.worst_error, rel=1e-9, abs=1e-12)
+    assert fast.worst_pair == model.worst_pair
