@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
 from countlens.analysis.geometry import (
     ARC_COUNTS,
     HIGH_WINDOW,
@@ -35,7 +36,6 @@ from countlens.analysis.geometry import (
     window_rows,
 )
 from countlens.analysis.layerwise import CentroidSet, single_threaded_blas
-
 from countlens.results import UsageError
 
 # Relative ridge coefficients: α / (mean eigenvalue of XcᵀXc). Exact toy read-outs need very weak

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
 from countlens.analysis.geometry import (
     HIGH_WINDOW,
     LOW_WINDOW,
@@ -25,7 +26,6 @@ from countlens.analysis.geometry import (
     pca_2d,
     window_rows,
 )
-
 from countlens.results import UsageError
 
 

@@ -7,12 +7,13 @@ Same prompts, same length-sorted right-padded batches, one process, methods inte
   hidden    ``output_hidden_states=True``, then slicing the boundary rows (keeps every position of every layer)
   early-k   ``BoundaryCapture`` of locations 0..k only (early stop after block k-1)
   tl-cache  TransformerLens ``TransformerBridge.run_with_cache`` with a names filter (resid_pre 0 + every
-            resid_post), then slicing; runs last because booting the bridge switches attention to eager
+            resid_post), then slicing; on a second copy of the model, which the bridge switches to eager
+            attention, so ``capture-eager`` (our hooks on that copy) is its like-for-like comparison
 Peak memory is the rise of the process's peak RSS (``VmHWM``, reset through ``/proc/self/clear_refs``) over
 the RSS before the method ran, with a fixed malloc mmap threshold so freed buffers go back to the OS.
 Also reported: the end-to-end ``countlens.llm.capture`` (prompts -> Arrow folder) throughput.
 
-    python bench/bench_capture.py                    # 48 prompts, L=64, 3 rounds
+    python bench/bench_capture.py                    # 48 prompts, L=64, 5 rounds
     python bench/bench_capture.py --prompts 96 --rounds 5 --json bench/out/capture.json
 """
 
@@ -69,7 +70,7 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=48, help="number of prompts (counts spread over 0..L)")
     parser.add_argument("--L", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--early", default="1,8,15", help="k values for the early-stop rows")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--json", default=None, help="write the measurements here")
@@ -77,10 +78,11 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
+    from transformers.utils import logging as hf_logging
+
     from countlens.llm.capture import BoundaryCapture, batches, capture, length_sorted, pad_batch
     from countlens.llm.models import load_model
     from countlens.llm.prompts import PromptSettings, build_prompts
-    from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
@@ -119,49 +121,50 @@ def main() -> None:
             out.append(torch.stack([h[rows, index] for h in hs], dim=1).float())
         return out
 
-    methods = {"plain": plain, "capture": ours(), "hidden": hidden}
+    # TransformerLens on its own copy of the model: booting the bridge switches that copy to eager attention,
+    # so "capture-eager" (our hooks on the same eager copy) is the like-for-like comparison.
+    from transformer_lens.model_bridge import TransformerBridge
+
+    twin = load_model("default", progress=False)
+    bridge = TransformerBridge.boot_transformers(twin.source.get("path") or str(twin.model_id),
+                                                 hf_model=twin.model, tokenizer=tok, device="cpu")
+    names = ["blocks.0.hook_resid_pre"] + [f"blocks.{i}.hook_resid_post" for i in range(n_blocks)]
+    wanted = set(names)
+
+    def tl_cache():
+        out = []
+        for ids, mask, index in groups:
+            _, cache = bridge.run_with_cache(ids, attention_mask=mask, names_filter=lambda n: n in wanted,
+                                             return_type=None)
+            rows = torch.arange(ids.shape[0])
+            out.append(torch.stack([cache[n][rows, index] for n in names], dim=1))
+        return out
+
+    def ours_eager():
+        out = []
+        with BoundaryCapture(twin.model) as cap:
+            for ids, mask, index in groups:
+                out.append(cap.run(ids, mask, index))
+        return out
+
+    methods = {"plain": plain, "capture": ours(), "hidden": hidden, "tl-cache": tl_cache,
+               "capture-eager": ours_eager}
     methods.update({f"early-{k}": ours(list(range(k + 1))) for k in early})
     times: dict[str, list[float]] = {m: [] for m in methods}
     peaks: dict[str, list[float]] = {m: [] for m in methods}
     with torch.inference_mode():
         plain()  # warm-up
-        # correctness first: our vectors equal output_hidden_states' (all but the normed last one)
+        # correctness first: our vectors equal output_hidden_states' (all but the normed last one) and TL's
         a, b = ours()(), hidden()
         max_err = max(float((x[:, :-1] - y[:, :-1]).abs().max()) for x, y in zip(a, b, strict=True))
+        tl_err = max(float((x - y).abs().max() / y.abs().max()) for x, y in zip(tl_cache(), a, strict=True))
         for _ in range(args.rounds):
             for name, fn in methods.items():
-                s, p = measure(fn)
-                times[name].append(s)
-                peaks[name].append(p)
+                sec, peak = measure(fn)
+                times[name].append(sec)
+                peaks[name].append(peak)
 
-        # TransformerLens last: booting it switches the model to eager attention.
-        from transformer_lens.model_bridge import TransformerBridge
-
-        bridge = TransformerBridge.boot_transformers(loaded.source.get("path") or str(loaded.model_id),
-                                                     hf_model=model, tokenizer=tok, device="cpu")
-        wanted = {"blocks.0.hook_resid_pre"} | {f"blocks.{i}.hook_resid_post" for i in range(n_blocks)}
-
-        def tl_cache():
-            out = []
-            for ids, mask, index in groups:
-                _, cache = bridge.run_with_cache(ids, attention_mask=mask, names_filter=lambda n: n in wanted,
-                                                 return_type=None)
-                rows = torch.arange(ids.shape[0])
-                names = ["blocks.0.hook_resid_pre"] + [f"blocks.{i}.hook_resid_post" for i in range(n_blocks)]
-                out.append(torch.stack([cache[n][rows, index] for n in names], dim=1))
-            return out
-
-        tl_out = tl_cache()
-        tl_err = max(float((x - y).abs().max() / y.abs().max()) for x, y in zip(tl_out, a, strict=True))
-        times["tl-cache"], peaks["tl-cache"] = [], []
-        eager_ours = []
-        for _ in range(args.rounds):
-            s, p = measure(tl_cache)
-            times["tl-cache"].append(s)
-            peaks["tl-cache"].append(p)
-            eager_ours.append(measure(ours())[0])
-
-    # end to end: prompts -> Arrow folder (model already loaded; eager attention now, like tl-cache)
+    # end to end: prompts -> Arrow folder (model already loaded)
     tmp = tempfile.mkdtemp(prefix="countlens-bench-")
     try:
         s, _ = measure(lambda: capture(loaded, os.path.join(tmp, "cap"), L=args.L, counts=counts,
@@ -170,20 +173,15 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
     med = {m: statistics.median(v) for m, v in times.items()}
-    rows = []
-    for name in methods.keys() | {"tl-cache"}:
-        rows.append((name, med[name], len(prompts) / med[name], n_tokens / med[name], med["plain"] / med[name],
-                     max(peaks[name])))
-    order = ["plain", "capture", "hidden", "tl-cache"] + [f"early-{k}" for k in early]
-    rows.sort(key=lambda r: order.index(r[0]))
     print(f"SmolLM2-135M-Instruct, {len(prompts)} prompts, {n_tokens} tokens (L={args.L}), batch {args.batch_size}, "
           f"{args.rounds} rounds, torch threads {torch.get_num_threads()}, {platform.processor() or platform.machine()}")
-    print(f"{'method':<10} {'median s':>9} {'prompts/s':>10} {'tokens/s':>9} {'vs plain':>9} {'peak MiB':>9}")
-    for name, sec, pps, tps, ratio, peak in rows:
-        print(f"{name:<10} {sec:9.2f} {pps:10.2f} {tps:9.0f} {ratio:9.3f} {peak:9.1f}")
+    print(f"{'method':<14} {'median s':>9} {'prompts/s':>10} {'tokens/s':>9} {'vs plain':>9} {'peak MiB':>9}")
+    for name in methods:
+        print(f"{name:<14} {med[name]:9.2f} {len(prompts) / med[name]:10.2f} {n_tokens / med[name]:9.0f} "
+              f"{med['plain'] / med[name]:9.3f} {max(peaks[name]):9.1f}")
     print(f"capture / plain speed = {med['plain'] / med['capture']:.3f} (target >= 0.95); capture vs hidden "
-          f"{med['hidden'] / med['capture']:.2f}x; vs tl-cache {med['tl-cache'] / statistics.median(eager_ours):.2f}x "
-          f"(both on eager attention)")
+          f"{med['hidden'] / med['capture']:.2f}x faster; capture-eager vs tl-cache "
+          f"{med['tl-cache'] / med['capture-eager']:.2f}x faster")
     for k in early:
         print(f"early stop after block {k - 1} (locations 0..{k}): {med['capture'] / med[f'early-{k}']:.2f}x "
               f"faster than all {n_blocks} blocks")

@@ -17,6 +17,7 @@ import tracemalloc
 from pathlib import Path
 
 import numpy as np
+
 from countlens.analysis.geometry import effective_rank
 from countlens.analysis.layerwise import centroids_from_capture, compute_geometry
 from countlens.llm.store import ActivationWriter, acts_array, load_capture

@@ -16,6 +16,7 @@ import argparse
 import time
 
 import torch
+
 from countlens.toy import model
 from countlens.toy.model import ToyConfig
 from countlens.toy.train import TrainConfig, Trainer, loss_fn

@@ -177,6 +177,8 @@ def capture_meta(ds) -> dict[str, Any]:
 
 def acts_array(ds, location: int | None = None) -> np.ndarray:
     """All activations as float64: (rows, n_locations, d), or (rows, d) for one location index."""
-    acts = ds.with_format("numpy")["acts"]
-    acts = np.asarray(acts, dtype=np.float64)
+    # datasets' numpy formatter casts floats to float32 unless told the dtype: float64 toy exports would lose
+    # precision silently, so ask for the stored dtype and widen afterwards.
+    stored = capture_meta(ds).get("dtype", "float32")
+    acts = np.asarray(ds.with_format("numpy", dtype=stored)["acts"], dtype=np.float64)
     return acts if location is None else acts[:, location, :]

@@ -2,16 +2,14 @@
 
 Numerics: :func:`ridge_path` (every α from one decomposition), the estimators :class:`RidgeProbe` and
 :class:`RidgePathProbe`, and the metrics. Experiments: :func:`run_probes` (validation-selected probes per
-location, Figure 7), :func:`run_norm_sweep` (Figure 8), :func:`exact_probe_norm` (the probe norm a
-rounding-exact count costs). Figures live in :mod:`countlens.probes.figures` (imports matplotlib).
+location, Figure 7), :func:`run_norm_sweep` (Figure 8). The probe norm a rounding-exact
+count costs, on held-out rows, is :func:`countlens.analysis.compare.probe_norm_needed`. Figures live in :mod:`countlens.probes.figures` (imports matplotlib).
 """
 
 from countlens.probes.experiments import (  # noqa: F401
-    ExactProbeNorm,
     NormSweepResult,
     ProbeData,
     ProbeResult,
-    exact_probe_norm,
     first_block_location,
     load_probe_data,
     parse_alphas,

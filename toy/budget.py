@@ -20,6 +20,8 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from countlens.results import UsageError
 from countlens.toy.constructions import (
     Construction,
     best_construction,
@@ -28,8 +30,6 @@ from countlens.toy.constructions import (
     validate,
 )
 from countlens.toy.model import VARIANTS
-
-from countlens.results import UsageError
 
 CLAIMED = {  # Table 1: B_min(L) at fixed d >= 3
     "linear": ("0", 0.0),

@@ -32,10 +32,10 @@ import math
 
 import numpy as np
 import torch
-from countlens.toy import model
-from countlens.toy.model import DTYPE, ToyConfig, ToyParams
 
 from countlens.results import UsageError
+from countlens.toy import model
+from countlens.toy.model import DTYPE, ToyConfig, ToyParams
 
 
 def _mean_zero_basis(d: int) -> torch.Tensor:

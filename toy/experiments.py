@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from countlens.results import read_json, write_json_atomic
 from countlens.toy.check import full_domain_check
 from countlens.toy.classification import (
     arc_angle,
@@ -28,8 +30,6 @@ from countlens.toy.classification import (
 )
 from countlens.toy.model import ToyConfig, ToyParams
 from countlens.toy.train import TrainConfig, TrainingDiverged, TrainResult, train
-
-from countlens.results import read_json, write_json_atomic
 
 # Theory rates of B_min(L) (SPEC §1, Table 1), used to normalise Figure 3's parameter scale.
 RATE_EXPONENT = {"linear": 0.0, "linear-preln-bare": 0.0, "softmax": 1.0, "softmax-preln-learned": 1.0,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
 from countlens.toy.budget import l_cap
 from countlens.toy.constructions import best_construction
 from countlens.toy.model import DTYPE, boundary_representation, token_vectors

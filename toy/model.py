@@ -145,7 +145,12 @@ class ToyParams:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], L: int | None = None) -> tuple[ToyConfig, ToyParams]:
-        """Parse the JSON parameter format, validating every shape; :class:`UsageError` if malformed."""
+        """Parse the JSON parameter format, validating every shape; :class:`UsageError` if malformed.
+
+        Accepts the format itself or a training result holding it under ``"params"``.
+        """
+        if isinstance(data, dict) and isinstance(data.get("params"), dict):
+            data = data["params"]
         if not isinstance(data, dict):
             raise UsageError("parameter file must hold a JSON object with keys variant, d, tau, x_b, x_s, x_l, ...")
         missing = [k for k in ("variant", "d", "x_b", "x_s", "x_l") if k not in data]

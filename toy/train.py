@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from countlens.results import UsageError, write_bytes_atomic
 from countlens.toy import model
 from countlens.toy.check import full_domain_check
 from countlens.toy.model import DTYPE, ToyConfig, ToyParams
-
-from countlens.results import UsageError, write_bytes_atomic
 
 OPTIMIZERS = ("lbfgs", "adam", "adam-minibatch")
 _DEFAULT_LR = {"lbfgs": 1.0, "adam": 1e-2, "adam-minibatch": 1e-2}

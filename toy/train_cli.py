@@ -14,10 +14,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from countlens.toy import experiments as ex
-from countlens.toy.model import READOUTS, VARIANTS, ToyConfig
-from countlens.toy.train import OPTIMIZERS, TrainConfig, TrainingDiverged, train
-
 from countlens.results import (
     UsageError,
     parse_float_list,
@@ -27,6 +23,9 @@ from countlens.results import (
     save_figure,
     write_json_atomic,
 )
+from countlens.toy import experiments as ex
+from countlens.toy.model import READOUTS, VARIANTS, ToyConfig
+from countlens.toy.train import OPTIMIZERS, TrainConfig, TrainingDiverged, train
 
 # Reduced ("quick") and paper-sized ("full") presets. The paper trained for 20M/100M steps; ours are L-BFGS
 # iterations, which converge in far fewer.
@@ -136,9 +135,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         where = f"; the last checkpoint, {ckpt}, resumes before it" if ckpt.exists() else ""
         print(f"countlens: error: {exc}; nothing written (lower --lr or set --cap){where}", file=sys.stderr)
         return 1
-    data = result.to_dict()
-    # The parameter keys also sit at the top level, so `countlens toy check --params OUT` reads the file as is.
-    data.update({k: v for k, v in result.params.items() if k not in data})
+    data = result.to_dict()  # `countlens toy check --params OUT` reads the nested `params` as is
     write_json_atomic(out, {**data, "provenance": provenance({"model": vars(cfg), "train": vars(tcfg)})})
     if not args.checkpoint:
         ckpt.unlink(missing_ok=True)

@@ -4,11 +4,11 @@ import json
 
 import numpy as np
 import pytest
+
 from countlens.analysis.figures import plot_figure5, plot_figure6
 from countlens.analysis.layerwise import GeometryResult
-from countlens.llm.store import ActivationWriter
-
 from countlens.cli import main
+from countlens.llm.store import ActivationWriter
 from countlens.results import save_figure
 
 PNG = b"\x89PNG\r\n\x1a\n"

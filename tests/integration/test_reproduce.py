@@ -7,8 +7,8 @@ import shutil
 import subprocess
 
 import pytest
-from countlens.analysis.report import build_stages, run_command
 
+from countlens.analysis.report import build_stages, run_command
 from countlens.cli import main
 from tests.llm_fixtures import smollm2_tokenizer  # noqa: F401 - session fixture
 from tests.tiny_models import build_tiny_chat_model

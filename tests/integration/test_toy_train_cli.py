@@ -7,12 +7,12 @@ import json
 
 import numpy as np
 import pytest
+
+from countlens.cli import main
 from countlens.toy.check import full_domain_check
 from countlens.toy.model import ToyParams
 from countlens.toy.train_cli import add_table3_attained, add_table3_attained_args
 from countlens.toy.train_figures import plot_figure2, plot_figure3, plot_figure4
-
-from countlens.cli import main
 
 
 def toy(*argv: str) -> int:

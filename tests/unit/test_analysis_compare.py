@@ -1,6 +1,7 @@
 """Probe norm needed for rounding-exact counting, and the toy-vs-LLM result object."""
 
 import numpy as np
+
 from countlens.analysis.compare import CompareResult, probe_norm_needed
 from countlens.analysis.html_report import format_value, lookup
 

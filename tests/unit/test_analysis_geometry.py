@@ -2,11 +2,11 @@
 
 import numpy as np
 import pytest
-from countlens.analysis import geometry as g
-from countlens.analysis.layerwise import centroids_from_arrays, compute_geometry, default_pca_locations
 from scipy.stats import ortho_group
 from sklearn.decomposition import PCA
 
+from countlens.analysis import geometry as g
+from countlens.analysis.layerwise import centroids_from_arrays, compute_geometry, default_pca_locations
 from countlens.results import UsageError
 
 

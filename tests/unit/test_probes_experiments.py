@@ -8,7 +8,6 @@ from countlens.probes.experiments import (
     NormSweepResult,
     ProbeData,
     ProbeResult,
-    exact_probe_norm,
     first_block_location,
     parse_alphas,
     resolve_locations,
@@ -116,22 +115,6 @@ def test_norm_sweep_norms_fall_with_alpha_and_stars_are_least_squares():
         assert s.unregularised_norm == pytest.approx(np.linalg.norm(ref[:-1]), rel=1e-8)
         assert s.unregularised_acc == pytest.approx(rounded_accuracy(data.n[test], X[test] @ ref[:-1] + ref[-1]))
     assert NormSweepResult.from_dict(result.to_dict()) == result
-
-
-def test_exact_probe_norm_on_exactly_linear_data():
-    data = _data()
-    X = data.X(2).astype(np.float64)
-    out = exact_probe_norm(X, data.n)
-    assert out.reached and out.accuracy == 1.0
-    # a loop of sklearn fits (plus least squares) finds no exact probe of smaller native norm
-    candidates = [Ridge(alpha=a, solver="svd").fit(X, data.n) for a in np.logspace(-8, 8, 81)]
-    exact_norms = [np.linalg.norm(r.coef_) for r in candidates if rounded_accuracy(data.n, r.predict(X)) == 1.0]
-    lsq = np.linalg.lstsq(X - X.mean(0), data.n - data.n.mean(), rcond=None)[0]
-    exact_norms.append(np.linalg.norm(lsq))
-    assert out.norm == pytest.approx(min(exact_norms), rel=1e-8)
-    assert out.unregularised_norm == pytest.approx(np.linalg.norm(lsq), rel=1e-8)
-    noise = exact_probe_norm(data.X(0), data.n)
-    assert not noise.reached and noise.norm is None and noise.accuracy < 0.5
 
 
 def test_classifier_probe_native_scores_match_sklearn_on_standardised_inputs():

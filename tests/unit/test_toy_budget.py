@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+
 from countlens.toy.budget import (
     b_min,
     fit_rates,

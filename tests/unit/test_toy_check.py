@@ -5,10 +5,10 @@ import math
 import numpy as np
 import pytest
 import torch
-from countlens.toy.check import full_domain_check, n_pairs, reduced_form
-from countlens.toy.model import DTYPE, VARIANTS, ToyConfig, count_error, full_domain, init_params
 
 from countlens.results import UsageError
+from countlens.toy.check import full_domain_check, n_pairs, reduced_form
+from countlens.toy.model import DTYPE, VARIANTS, ToyConfig, count_error, full_domain, init_params
 
 
 def random_params(cfg, seed, scale=2.0):

@@ -7,6 +7,8 @@ import itertools
 import numpy as np
 import pytest
 import torch
+
+from countlens.results import UsageError
 from countlens.toy import model
 from countlens.toy.check import full_domain_check
 from countlens.toy.classification import (
@@ -17,8 +19,6 @@ from countlens.toy.classification import (
     storage_cost,
 )
 from countlens.toy.model import VARIANTS, ToyConfig
-
-from countlens.results import UsageError
 
 
 @pytest.fixture(autouse=True)

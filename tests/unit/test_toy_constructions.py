@@ -5,6 +5,8 @@ import math
 import numpy as np
 import pytest
 import torch
+
+from countlens.results import UsageError
 from countlens.toy.check import full_domain_check
 from countlens.toy.constructions import (
     arc_shape,
@@ -15,8 +17,6 @@ from countlens.toy.constructions import (
     smallest_a,
 )
 from countlens.toy.model import DTYPE, ToyConfig, ToyParams, count_error, full_domain
-
-from countlens.results import UsageError
 
 SCALED = ("softmax", "softmax-postln-bare", "softmax-postln-learned", "softmax-preln-learned")
 

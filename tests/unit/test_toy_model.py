@@ -5,6 +5,8 @@ import math
 import numpy as np
 import pytest
 import torch
+
+from countlens.results import UsageError
 from countlens.toy.model import (
     DTYPE,
     VARIANTS,
@@ -17,8 +19,6 @@ from countlens.toy.model import (
     layer_norm,
     winning_gap,
 )
-
-from countlens.results import UsageError
 
 
 def random_params(cfg: ToyConfig, seed: int, scale: float = 2.0) -> ToyParams:

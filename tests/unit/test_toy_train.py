@@ -7,6 +7,8 @@ import math
 import numpy as np
 import pytest
 import torch
+
+from countlens.results import UsageError
 from countlens.toy import model
 from countlens.toy.model import ToyConfig, ToyParams
 from countlens.toy.train import (
@@ -21,8 +23,6 @@ from countlens.toy.train import (
     split_domain,
     train,
 )
-
-from countlens.results import UsageError
 
 
 @pytest.fixture(autouse=True)
