@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from countlens.llm.models import DEFAULT_MODEL, DEFAULT_MODEL_ID, LoadedModel, load_model
 from countlens.llm.prompts import (
     CONFIGURATIONS,
@@ -27,7 +28,6 @@ from countlens.llm.prompts import (
     build_prompts,
 )
 from countlens.llm.store import ActivationWriter, load_capture, read_meta
-
 from countlens.results import UsageError, provenance, write_json_atomic
 
 BACKENDS = ("hf", "transformer-lens")

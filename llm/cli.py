@@ -49,7 +49,6 @@ def _add_prompt_args(p: argparse.ArgumentParser) -> None:
 
 def _settings(args):
     from countlens.llm.prompts import PromptSettings, parse_pairs
-
     from countlens.results import parse_int_list
 
     return PromptSettings(L=args.L, counts=parse_counts(args.counts), per_count=args.per_count,

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from countlens.llm import acts_array, capture_meta, load_capture, read_meta
 
 from countlens.cli import main
+from countlens.llm import acts_array, capture_meta, load_capture, read_meta
 from countlens.results import UsageError
 from tests.llm_fixtures import smollm2_tokenizer, tiny_models  # noqa: F401
 

@@ -9,12 +9,12 @@ Tolerance 1e-5 (float32); the observed error is ~1e-7.
 import numpy as np
 import pytest
 import torch
+from transformers import AutoModelForCausalLM
+
 from countlens.llm import acts_array, capture_meta, load_capture
 from countlens.llm.capture import BoundaryCapture, capture, find_blocks, location_names, pad_batch
 from countlens.llm.models import load_model
 from countlens.llm.prompts import PromptSettings, build_prompts
-from transformers import AutoModelForCausalLM
-
 from tests.llm_fixtures import smollm2_tokenizer, tiny_models  # noqa: F401
 
 ATOL = 1e-5

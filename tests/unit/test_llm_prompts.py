@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from transformers import AutoTokenizer
+
 from countlens.llm.cli import parse_counts
 from countlens.llm.prompts import (
     PromptSettings,
@@ -10,8 +12,6 @@ from countlens.llm.prompts import (
     mark_boundary,
     parse_pairs,
 )
-from transformers import AutoTokenizer
-
 from countlens.results import UsageError
 from tests.llm_fixtures import smollm2_tokenizer  # noqa: F401
 
