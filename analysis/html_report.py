@@ -188,7 +188,7 @@ def _rates_table(page: _Page, rel: str) -> str:
         for i, L in enumerate(entry["L"]):
             where.setdefault(L, (name, i))
     Ls = sorted(where, key=lambda x: float(x))
-    header = ["variant", "claimed exponent", "fitted slope", "slope over L >= 100"] + [
+    header = ["variant", "claimed exponent", "fitted slope", "slope at large L"] + [
         "B_min at L = " + page.v(rel, "variants", where[L][0], "L", where[L][1]) for L in Ls]
     rows = []
     for name, entry in variants.items():
@@ -339,7 +339,8 @@ def _compare_table(page: _Page) -> str:
 
 def _tables(page: _Page) -> None:
     page.add("<h2>Table 1</h2><p>Measured B_min(L) of each variant's construction, the fitted log-log slope "
-             "next to the claimed exponent, and L_cap(d) of bare pre-LN.</p>")
+             "over the whole grid and over its large lengths only (the claimed rates are asymptotic), next to "
+             "the claimed exponent, and L_cap(d) of bare pre-LN.</p>")
     for stage, rel in (("toy-rates", "toy-rates/rates.json"), ("toy-lcap", "toy-lcap/lcap.json")):
         status = _stage_status(page, stage)
         if status:

@@ -165,7 +165,7 @@ def compute_geometry(cs: CentroidSet, low=LOW_WINDOW, high=HIGH_WINDOW, pca_coun
 
 def single_threaded_blas():
     """Every matrix here is at most (counts x d); multithreaded BLAS only adds overhead on such sizes, and
-    on a busy machine its spinning threads made a 100 x 100 eigh 70x slower (bench/BENCHMARKS.analysis.md)."""
+    on a busy machine its spinning threads made a 100 x 100 eigh 70x slower (BENCHMARKS.md)."""
     from threadpoolctl import threadpool_limits
 
     return threadpool_limits(limits=1, user_api="blas")

@@ -33,7 +33,7 @@ CAPTURE_ACTS = "capture/acts"
 COMPARE_VARIANTS = ("linear", "softmax", "softmax-postln-bare", "softmax-postln-learned")
 
 # Sizes per preset: the extra arguments of each stage's command. "quick" is `make demo` (measured to fit
-# 15 minutes on 2 cores, see bench/BENCHMARKS.analysis.md); "full" is the paper's scale; "test" is a tiny
+# 15 minutes on 2 cores, see BENCHMARKS.md); "full" is the paper's scale; "test" is a tiny
 # preset for the test suite. The toy commands' own defaults are their reduced sizes.
 _WINDOWS = ["--low", "1:10", "--high", "91:100", "--pca-counts", "1:100"]
 PRESETS: dict[str, dict[str, Any]] = {
