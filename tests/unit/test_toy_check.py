@@ -9,19 +9,7 @@ import torch
 from countlens.results import UsageError
 from countlens.toy.check import full_domain_check, n_pairs, reduced_form
 from countlens.toy.model import DTYPE, VARIANTS, ToyConfig, count_error, full_domain, init_params
-
-
-def random_params(cfg, seed, scale=2.0):
-    p = init_params(cfg, seed=seed, scale=scale)
-    g = torch.Generator().manual_seed(1000 + seed)
-    if cfg.ln_learned:
-        p.gamma = 1.0 + torch.randn(cfg.d, generator=g, dtype=DTYPE)
-        p.beta = torch.randn(cfg.d, generator=g, dtype=DTYPE)
-    if cfg.readout == "regression":
-        p.b0 = torch.randn((), generator=g, dtype=DTYPE)
-    else:
-        p.c = torch.randn(cfg.L + 1, generator=g, dtype=DTYPE)
-    return p
+from tests.unit.test_toy_model import random_params  # random LN gain/bias and biases too
 
 
 def brute_force(cfg, p, L):
