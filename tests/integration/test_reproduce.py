@@ -127,3 +127,22 @@ def test_crashing_command_is_logged_and_ctrl_c_stops_the_run(tmp_path, monkeypat
     monkeypatch.setattr(countlens.cli, "main", lambda argv: 130)
     with pytest.raises(KeyboardInterrupt):
         run_command(["geometry", "--acts", "x", "--out", "y"], tmp_path / "error.log")
+
+
+@pytest.mark.slow
+def test_quick_preset_on_a_tiny_model_writes_a_complete_report(tmp_path, tiny_model):
+    """`countlens reproduce --quick` itself (the `make demo` sizes for every toy stage and the capture's
+    prompt set), on a tiny random model so the capture is cheap: every stage finishes and every figure is a
+    PNG whose numbers come from the JSON beside it."""
+    out = tmp_path / "quick"
+    assert main(["reproduce", "--quick", "--model", str(tiny_model), "--out", str(out)]) == 0
+    summary = json.loads((out / "reproduce.json").read_text())
+    assert summary["preset"] == "quick"
+    assert [s["status"] for s in summary["stages"]] == ["done"] * len(summary["stages"])
+    parser = check_report(out, (out / "index.html").read_text())
+    for stage in FIGURES:
+        assert any(src.startswith(f"{stage}/") for src in parser.images), f"no figure of stage {stage}"
+    for src in parser.images:
+        assert (out / src).read_bytes()[:8] == PNG, src
+    geo = json.loads((out / "geometry" / "geometry.json").read_text())
+    assert geo["low_window"] == [1, 10] and geo["high_window"] == [91, 100]
