@@ -20,14 +20,7 @@ from countlens.toy.classification import (
 )
 from countlens.toy.model import VARIANTS, ToyConfig
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """The toy's tensors are small; a second torch thread only adds contention on a shared machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _scores_loop(cfg: ToyConfig, p, n: int, m: int) -> np.ndarray:

@@ -24,14 +24,7 @@ from countlens.toy.train import (
     train,
 )
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """The toy's tensors are small; a second torch thread only adds contention on a shared machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _explicit_outputs(cfg: ToyConfig, p: ToyParams, pairs: list[tuple[int, int]]) -> np.ndarray:
