@@ -1,7 +1,8 @@
 """Benchmark: the whole-α ridge path from one decomposition vs what a user would otherwise run.
 
 Per location, all α of the grid:
-  ours  countlens.probes.ridge_path (one thin SVD / Gram eigendecomposition per location)
+  ours  countlens.probes.ridge_path, default solver (one QR + one Golub–Kahan bidiagonalisation per
+        location, then O(d) per α); also timed: solver="svd" (thin SVD) and solver="covariance"
   (a)   a loop of sklearn.linear_model.Ridge(alpha).fit, one per α (default solver)
   (b)   sklearn.linear_model.RidgeCV(alphas, store_cv_results=True) (one decomposition, but only the
         selected α's coefficients come back)
@@ -10,6 +11,7 @@ difference). All three run in this one process, one after another, on the same a
 
     python bench/bench_ridge.py                      # synthetic: 2,000 x 576 x 31 locations x 41 α
     python bench/bench_ridge.py --acts DIR           # a real capture (all its rows and locations)
+    python bench/bench_ridge.py --acts DIR --rows 400   # its first 400 rows (n <= d: also times solver="gram")
     python bench/bench_ridge.py --locations 4        # quicker, fewer locations
 """
 
@@ -46,7 +48,8 @@ def rel(a: np.ndarray, b: np.ndarray) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=2000)
+    parser.add_argument("--rows", type=int, default=None,
+                        help="rows (synthetic, default 2000; with --acts: the first ROWS rows)")
     parser.add_argument("--dim", type=int, default=576)
     parser.add_argument("--locations", type=int, default=31)
     parser.add_argument("--alphas", default="1e-6:1e4:41")
@@ -62,37 +65,39 @@ def main() -> None:
     if args.acts:
         data = load_probe_data(args.acts)
         n_loc = min(args.locations, len(data.locations))
-        X = np.stack([data.X(i) for i in range(n_loc)])  # (locations, rows, d)
-        y, source = data.n, f"capture {args.acts}"
+        rows = slice(None, args.rows)
+        X = np.stack([data.X(i)[rows] for i in range(n_loc)])  # (locations, rows, d)
+        y, source = data.n[rows], f"capture {args.acts}"
     else:
-        X, y = synthetic(args.rows, args.dim, args.locations)
+        X, y = synthetic(args.rows or 2000, args.dim, args.locations)
         source = "synthetic"
     n_loc, rows, dim = X.shape
     print(f"{source}: {rows} rows x {dim} dims x {n_loc} locations x {len(alphas)} alphas")
 
-    print("timing ridge_path ...", flush=True)
-    t0 = time.perf_counter()
-    ours = [ridge_path(X[loc], y, alphas) for loc in range(n_loc)]
-    t_ours = time.perf_counter() - t0
+    def timed(label, fit):
+        print(f"timing {label} ...", flush=True)
+        t0 = time.perf_counter()
+        result = [fit(loc) for loc in range(n_loc)]
+        seconds = time.perf_counter() - t0
+        print(f"  {seconds:.2f} s", flush=True)
+        return result, seconds
 
-    print(f"  {time.perf_counter() - t0:.2f} s; timing ridge_path(solver='covariance') ...", flush=True)
-    t0 = time.perf_counter()
-    ours_cov = [ridge_path(X[loc], y, alphas, solver="covariance") for loc in range(n_loc)]
-    t_cov = time.perf_counter() - t0
-    print(f"  {t_cov:.2f} s; timing the sklearn Ridge loop ...", flush=True)
-    t0 = time.perf_counter()
-    loop = [[Ridge(alpha=a).fit(X[loc], y) for a in alphas] for loc in range(n_loc)]
-    t_loop = time.perf_counter() - t0
-
-    print(f"  {time.perf_counter() - t0:.2f} s; timing RidgeCV ...", flush=True)
-    t0 = time.perf_counter()
-    cv = [RidgeCV(alphas=alphas, store_cv_results=True).fit(X[loc], y) for loc in range(n_loc)]
-    t_cv = time.perf_counter() - t0
+    ours, t_ours = timed("ridge_path", lambda loc: ridge_path(X[loc], y, alphas))
+    ours_svd, t_svd = timed("ridge_path(solver='svd')", lambda loc: ridge_path(X[loc], y, alphas, solver="svd"))
+    ours_cov, t_cov = timed("ridge_path(solver='covariance')",
+                            lambda loc: ridge_path(X[loc], y, alphas, solver="covariance"))
+    ours_gram, t_gram = None, None
+    if rows <= dim:  # the other one-decomposition choice there: RidgeCV's eigendecomposition of the Gram matrix
+        ours_gram, t_gram = timed("ridge_path(solver='gram')",
+                                  lambda loc: ridge_path(X[loc], y, alphas, solver="gram"))
+    loop, t_loop = timed("the sklearn Ridge loop", lambda loc: [Ridge(alpha=a).fit(X[loc], y) for a in alphas])
+    cv, t_cv = timed("RidgeCV", lambda loc: RidgeCV(alphas=alphas, store_cv_results=True).fit(X[loc], y))
 
     diff_loop = max(rel(ours[loc][0][i], loop[loc][i].coef_) for loc in range(n_loc) for i in range(len(alphas)))
     diff_cv = max(rel(ours[loc][0][int(np.flatnonzero(alphas == cv[loc].alpha_)[0])], cv[loc].coef_)
                   for loc in range(n_loc))
     diff_cov = max(rel(ours_cov[loc][0][i], loop[loc][i].coef_) for loc in range(n_loc) for i in range(len(alphas)))
+    diff_ours_svd = max(rel(ours[loc][0][i], ours_svd[loc][0][i]) for loc in range(n_loc) for i in range(len(alphas)))
     # Ridge's default (Cholesky) solve loses digits at small α on ill-conditioned data; its SVD solver is the
     # accuracy reference there: compare at every location for the smallest, middle and largest α.
     picks = sorted({0, len(alphas) // 2, len(alphas) - 1})
@@ -100,15 +105,23 @@ def main() -> None:
                for i in picks}
     diff_svd = max(rel(ours[loc][0][i], ref) for (loc, i), ref in svd_ref.items())
     diff_cov_svd = max(rel(ours_cov[loc][0][i], ref) for (loc, i), ref in svd_ref.items())
+    diff_gram_svd = None if ours_gram is None else max(rel(ours_gram[loc][0][i], ref)
+                                                       for (loc, i), ref in svd_ref.items())
+    loop_vs_svd = max(rel(loop[loc][i].coef_, ref) for (loc, i), ref in svd_ref.items())  # the loop's own error
+    by_alpha = [max(rel(ours[loc][0][i], loop[loc][i].coef_) for loc in range(n_loc)) for i in range(len(alphas))]
     out = {
         "source": source, "rows": rows, "dim": dim, "locations": n_loc, "alphas": len(alphas),
-        "seconds": {"ridge_path": t_ours, "ridge_path_covariance": t_cov, "sklearn_ridge_loop": t_loop,
-                    "sklearn_ridgecv": t_cv},
+        "seconds": {"ridge_path": t_ours, "ridge_path_svd": t_svd, "ridge_path_covariance": t_cov,
+                    "sklearn_ridge_loop": t_loop, "sklearn_ridgecv": t_cv},
         "speedup_vs_ridge_loop": t_loop / t_ours, "speedup_vs_ridgecv": t_cv / t_ours,
+        "svd_speedup_vs_ridge_loop": t_loop / t_svd, "max_rel_coef_diff_default_vs_svd_solver": diff_ours_svd,
         "covariance_speedup_vs_ridge_loop": t_loop / t_cov,
         "max_rel_coef_diff_vs_ridge_loop": diff_loop, "max_rel_coef_diff_vs_ridgecv": diff_cv,
         "max_rel_coef_diff_vs_ridge_svd": diff_svd, "covariance_max_rel_coef_diff_vs_ridge_loop": diff_cov,
         "covariance_max_rel_coef_diff_vs_ridge_svd": diff_cov_svd,
+        "ridge_loop_max_rel_coef_diff_vs_ridge_svd": loop_vs_svd,
+        "gram_seconds": t_gram, "gram_max_rel_coef_diff_vs_ridge_svd": diff_gram_svd,
+        "max_rel_coef_diff_vs_ridge_loop_by_alpha": dict(zip(map(float, alphas), by_alpha, strict=True)),
         "blas_threads": args.threads or "default",
         "machine": f"{platform.processor() or platform.machine()}, {__import__('os').cpu_count()} cpus",
     }
@@ -116,10 +129,17 @@ def main() -> None:
     print(f"sklearn Ridge loop  {t_loop:8.2f} s   ratio {t_loop / t_ours:6.1f}x   max rel coef diff {diff_loop:.1e}")
     print(f"sklearn RidgeCV     {t_cv:8.2f} s   ratio {t_cv / t_ours:6.1f}x   max rel coef diff {diff_cv:.1e} "
           "(at its selected alpha)")
+    print(f"ridge_path(solver='svd')        {t_svd:8.2f} s   ratio vs loop {t_loop / t_svd:6.1f}x   "
+          f"max rel coef diff vs default {diff_ours_svd:.1e}")
     print(f"ridge_path(solver='covariance') {t_cov:8.2f} s   ratio vs loop {t_loop / t_cov:6.1f}x   "
           f"max rel coef diff vs loop {diff_cov:.1e}")
     print(f"vs Ridge(solver='svd') at every location, alphas {[float(alphas[i]) for i in picks]}: max rel coef "
-          f"diff {diff_svd:.1e} (ours), {diff_cov_svd:.1e} (covariance)")
+          f"diff {diff_svd:.1e} (ours), {diff_cov_svd:.1e} (covariance), {loop_vs_svd:.1e} (the Ridge loop)")
+    if ours_gram is not None:
+        print(f"ridge_path(solver='gram')       {t_gram:8.2f} s   ratio vs loop {t_loop / t_gram:6.1f}x   "
+              f"max rel coef diff vs Ridge(solver='svd') {diff_gram_svd:.1e}")
+    above = [float(a) for a, diff in zip(alphas, by_alpha, strict=True) if diff > 1e-8]
+    print(f"alphas where ours and the Ridge loop differ by more than 1e-8: {above or 'none'}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(out, fh, indent=2)

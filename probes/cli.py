@@ -10,10 +10,12 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import math
 from pathlib import Path
 
 from countlens.results import (
     UsageError,
+    parse_float_list,
     parse_int_list,
     read_json,
     save_figure,
@@ -53,8 +55,9 @@ def register(subparsers) -> None:
     parser.add_argument("--classifier", action="store_true",
                         help="also fit the multinomial logistic read-out over counts (slower: one fit per "
                              "location and seed)")
-    parser.add_argument("--classifier-C", dest="classifier_C", type=float, default=1.0,
-                        help="inverse L2 strength of that classifier (default 1.0)")
+    parser.add_argument("--classifier-C", dest="classifier_C", default="1",
+                        help="inverse L2 strength of that classifier, or a comma list chosen on validation "
+                             "accuracy (default 1)")
     parser.add_argument("--figure-locations", default=None,
                         help="locations drawn in Figure 7 (default: the best by validation accuracy)")
     parser.add_argument("--out", help="output folder")
@@ -128,10 +131,11 @@ def run_probe_command(args) -> int:
         if missing:
             raise UsageError(f"--figure-locations {', '.join(missing)} not among the probed --locations")
     out = Path(args.out)
-    if args.classifier and not args.classifier_C > 0:
-        raise UsageError(f"--classifier-C must be > 0, got {args.classifier_C}")
+    classifier_C = parse_float_list(args.classifier_C, "--classifier-C")
+    if args.classifier and not all(math.isfinite(c) and c > 0 for c in classifier_C):
+        raise UsageError(f"--classifier-C values must be > 0, got {args.classifier_C}")
     result = run_probes(data, indices, alphas, seeds, fractions, standardize=args.standardize,
-                        classifier_C=args.classifier_C if args.classifier else None,
+                        classifier_C=classifier_C if args.classifier else None,
                         partial_dir=out / "partial", progress=True)
     write_json_atomic(out / "probes.json", result.to_dict())
     write_text_atomic(out / "probes.csv", probes_csv(result))

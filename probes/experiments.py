@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -239,36 +240,48 @@ def fit_probe(X: np.ndarray, y: np.ndarray, splits, alphas: np.ndarray, seed: in
         val_rounded_acc_path=val_acc.tolist(), coef_norm_path=native_norm(coefs).tolist())
 
 
-def fit_classifier_probe(X: np.ndarray, y: np.ndarray, splits, C: float = 1.0, standardize: bool = True,
-                         max_iter: int = 1000) -> dict[str, Any]:
+def fit_classifier_probe(X: np.ndarray, y: np.ndarray, splits, C: float | Sequence[float] = 1.0,
+                         standardize: bool = True, max_iter: int = 1000) -> dict[str, Any]:
     """The classification read-out the paper compares in the toy: multinomial logistic regression over the
     counts seen in training (``sklearn.linear_model.LogisticRegression``, L2 penalty with inverse strength
     ``C``, lbfgs), on standardised inputs. X: (rows, d), y: (rows,) integer counts.
 
-    Returns validation and test accuracy (argmax over classes; a count absent from training is always
-    wrong), the largest native ℓ2 norm of a class vector ``u_k`` and the largest ``|c_k|`` (both in the
-    activations' own coordinates), the number of classes and whether lbfgs converged.
+    ``C`` may be a grid: one classifier per value on the training rows, the one with the highest validation
+    accuracy kept (ties: the smaller C, i.e. the stronger penalty), as α is chosen for the ridge probe.
+    Returns the selected ``C``, the grid and its validation accuracies (``C_grid``, ``val_acc_path``),
+    validation and test accuracy (argmax over classes; a count absent from training is always wrong), the
+    largest native ℓ2 norm of a class vector ``u_k`` and the largest ``|c_k|`` (both in the activations' own
+    coordinates), the number of classes and whether lbfgs converged.
     """
     import warnings
 
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.linear_model import LogisticRegression
 
+    grid = sorted({float(c) for c in np.atleast_1d(C)})
+    if not grid or not all(np.isfinite(c) and c > 0 for c in grid):
+        raise ValueError(f"classifier C values must be finite and > 0, got {C}")
     train, val, test = splits
     mean, scale = standardisation(X[train]) if standardize else (np.zeros(X.shape[1]), np.ones(X.shape[1]))
-    clf = LogisticRegression(C=C, max_iter=max_iter)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)  # reported as "converged" instead
-        clf.fit((X[train] - mean) / scale, y[train].astype(int))
-    U = clf.coef_ / scale  # (classes, d): scores = X @ U.T + c in native coordinates
-    c = clf.intercept_ - U @ mean  # (classes,)
-    if len(clf.classes_) == 2:  # sklearn stores one vector for two classes; scores are ±half of it
-        U, c = np.vstack([-U[0] / 2, U[0] / 2]), np.array([-c[0] / 2, c[0] / 2])
+    fitted = []
+    for c_value in grid:
+        clf = LogisticRegression(C=c_value, max_iter=max_iter)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)  # reported as "converged" instead
+            clf.fit((X[train] - mean) / scale, y[train].astype(int))
+        U = clf.coef_ / scale  # (classes, d): scores = X @ U.T + c in native coordinates
+        c = clf.intercept_ - U @ mean  # (classes,)
+        if len(clf.classes_) == 2:  # sklearn stores one vector for two classes; scores are ±half of it
+            U, c = np.vstack([-U[0] / 2, U[0] / 2]), np.array([-c[0] / 2, c[0] / 2])
 
-    def accuracy(rows: np.ndarray) -> float:
-        return float(np.mean(clf.classes_[np.argmax(X[rows] @ U.T + c, axis=1)] == y[rows]))
+        def accuracy(rows: np.ndarray, clf=clf, U=U, c=c) -> float:
+            return float(np.mean(clf.classes_[np.argmax(X[rows] @ U.T + c, axis=1)] == y[rows]))
 
-    return {"C": float(C), "val_acc": accuracy(val), "test_acc": accuracy(test),
+        fitted.append((accuracy(val), c_value, clf, U, c, accuracy))
+    val_path = [f[0] for f in fitted]
+    best = int(np.argmax(val_path))  # first maximum = smallest C among ties
+    val_acc, c_value, clf, U, c, accuracy = fitted[best]
+    return {"C": c_value, "C_grid": grid, "val_acc_path": val_path, "val_acc": val_acc, "test_acc": accuracy(test),
             "class_norm_max": float(np.linalg.norm(U, axis=1).max()), "bias_abs_max": float(np.abs(c).max()),
             "classes": int(len(clf.classes_)), "converged": bool(np.all(clf.n_iter_ < max_iter))}
 
@@ -279,10 +292,11 @@ def _config_key(config: dict[str, Any]) -> str:
 
 def run_probes(data: ProbeData, location_indices: list[int], alphas: np.ndarray, seeds: list[int],
                fractions=DEFAULT_FRACTIONS, standardize: bool = True, bin_width: int = 10, bin_start: int = 1,
-               classifier_C: float | None = None, partial_dir: str | os.PathLike | None = None,
+               classifier_C: float | Sequence[float] | None = None, partial_dir: str | os.PathLike | None = None,
                progress: bool = False) -> ProbeResult:
-    """Validation-selected probes at each location for each split seed; with ``classifier_C`` also the
-    multinomial classification read-out (:func:`fit_classifier_probe`) on the same splits.
+    """Validation-selected probes at each location for each split seed; with ``classifier_C`` (one value or
+    a grid selected on validation) also the multinomial classification read-out (:func:`fit_classifier_probe`)
+    on the same splits.
 
     With ``partial_dir`` every finished location is saved there (atomically) and reused by a rerun with the
     same configuration, so an interrupted run resumes.
@@ -296,7 +310,8 @@ def run_probes(data: ProbeData, location_indices: list[int], alphas: np.ndarray,
               "alphas": alphas.tolist(), "seeds": [int(s) for s in seeds], "fractions": list(fractions),
               "standardize": bool(standardize), "bin_width": bin_width, "bin_start": bin_start,
               "selection": "validation rounded accuracy, ties by validation MSE", "rows": "all rows, IID by row",
-              "classifier_C": classifier_C}
+              "classifier_C": (None if classifier_C is None else
+                               sorted({float(c) for c in np.atleast_1d(classifier_C)}))}
     # The partial results are keyed by the configuration and by what the capture holds, so a recapture into
     # the same folder is never mixed with old results.
     data_key = {"settings": data.meta.get("settings"), "rows": len(data.n), "n_sum": float(data.n.sum()),

@@ -102,12 +102,12 @@ def test_sweep_and_toy_acts(tmp_path, capsys):
     toy_dir = tmp_path / "toy_acts"
     assert _run(["probe", "toy-acts", "--params", str(params_file), "--out", str(toy_dir)], capsys)[0] == 0
     assert _run(["probe", "--acts", str(toy_dir), "--locations", "h", "--alphas", "1e-8:1:5", "--classifier",
-                 "--classifier-C", "100", "--out", str(tmp_path / "toy_probe")], capsys)[0] == 0
+                 "--classifier-C", "100,0.01", "--out", str(tmp_path / "toy_probe")], capsys)[0] == 0
     toy = json.loads((tmp_path / "toy_probe" / "probes.json").read_text())
     # linear attention is linear in (n, m): a probe on h counts every held-out pair exactly
     assert toy["locations"][0]["test_rounded_acc_min"] == 1.0
     clf = toy["locations"][0]["fits"][0]["classifier"]
-    assert clf["C"] == 100.0 and 0 <= clf["test_acc"] <= 1 and clf["class_norm_max"] > 0
+    assert clf["C"] in (0.01, 100.0) and clf["C_grid"] == [0.01, 100.0] and 0 <= clf["test_acc"] <= 1 and clf["class_norm_max"] > 0
     assert "classifier_test_acc" in (tmp_path / "toy_probe" / "probes.csv").read_text().splitlines()[0]
     assert _run(["probe", "sweep", "--acts", str(toy_dir), "--out", str(tmp_path / "toy_sweep")], capsys)[0] == 0
     assert json.loads((tmp_path / "toy_sweep" / "sweep.json").read_text())["location"] == "h"
@@ -133,6 +133,8 @@ def _raw_capture(path, columns, acts):
     ("ok", ["--alphas", "0:1:5"], "lo, hi > 0"),
     ("ok", ["--locations", "blocks.7.hook_resid_post"], "does not exist"),
     ("ok", ["--split", "0.5,0.5"], "--split"),
+    ("ok", ["--classifier", "--classifier-C", "1,0"], "--classifier-C values must be > 0"),
+    ("ok", ["--classifier", "--classifier-C", "big"], "--classifier-C must be a comma-separated list"),
     ("missing", [], "not a countlens activation folder"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, capsys, case, argv_tail, message):

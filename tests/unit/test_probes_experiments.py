@@ -135,3 +135,14 @@ def test_classifier_probe_native_scores_match_sklearn_on_standardised_inputs():
     assert out["classes"] == len(np.unique(data.n[train]))
     noise = fit_classifier_probe(data.X(0), data.n, splits, C=10.0)
     assert noise["test_acc"] < out["test_acc"]
+    # a C grid: one classifier per value, the best by validation accuracy (ties: the smaller C) is kept
+    grid = fit_classifier_probe(X, data.n, splits, C=[10.0, 1e-4, 1.0])
+    assert grid["C_grid"] == [1e-4, 1.0, 10.0]
+    for c_value, val_acc in zip(grid["C_grid"], grid["val_acc_path"], strict=True):
+        ref = LogisticRegression(C=c_value, max_iter=1000).fit((X[train] - mean) / scale, data.n[train].astype(int))
+        assert val_acc == pytest.approx(np.mean(ref.predict((X[val] - mean) / scale) == data.n[val]))
+    best = max(grid["val_acc_path"])
+    assert grid["C"] == grid["C_grid"][grid["val_acc_path"].index(best)] and grid["val_acc"] == best
+    assert grid["val_acc_path"][0] < best  # C = 1e-4 all but erases the class vectors
+    with pytest.raises(ValueError):
+        fit_classifier_probe(X, data.n, splits, C=[1.0, -1.0])

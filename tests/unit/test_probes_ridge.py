@@ -93,7 +93,7 @@ def test_both_solvers_agree(n, d):
 
 # Each forced solver on the side it is meant for ("svd" works on both; the Gram and covariance forms square
 # the condition number, so they are only accurate where their matrix is the small, full-rank one).
-@pytest.mark.parametrize("solver,n,d", [("svd", 200, 30), ("svd", 12, 60), ("gram", 12, 60), ("gram", 30, 30),
+@pytest.mark.parametrize("solver,n,d", [("bidiag", 200, 30), ("bidiag", 12, 60), ("svd", 200, 30), ("svd", 12, 60), ("gram", 12, 60), ("gram", 30, 30),
                                         ("covariance", 200, 30), ("covariance", 40, 5)])
 def test_forced_solvers_match_sklearn(solver, n, d):
     X, y = _design(n, d, 8)
@@ -165,3 +165,100 @@ def test_ridge_path_probe_selects_like_a_loop_of_ridge_fits():
     assert clone(auto).get_params()["random_state"] == 1
     with pytest.raises(ValueError):
         RidgePathProbe(selection="gcv").fit(X, counts)
+
+
+# --- the default solver: QR + Golub–Kahan bidiagonalisation + Eldén's O(d) per α --------------------------
+
+def test_lapack_bidiagonalisation_reconstructs_the_matrix():
+    from countlens.probes import _lapack
+
+    assert _lapack.available()  # the default solver must not silently fall back in our environment
+    rng = np.random.default_rng(0)
+    A = rng.normal(size=(9, 9))
+    work = np.asfortranarray(A.copy())
+    diag, sup, tauq, taup = _lapack.gebrd(work)
+    B = np.diag(diag) + np.diag(sup, 1)
+    Q = _lapack.ormbr("Q", "N", work, tauq, np.asfortranarray(np.eye(9)))
+    P = _lapack.ormbr("P", "N", work, taup, np.asfortranarray(np.eye(9)))
+    np.testing.assert_allclose(Q @ B @ P.T, A, atol=1e-12)
+    np.testing.assert_allclose(Q.T @ Q, np.eye(9), atol=1e-13)
+    np.testing.assert_allclose(_lapack.bidiagonal_singular_values(diag, sup), np.linalg.svd(A, compute_uv=False),
+                               rtol=1e-12)
+
+
+def test_elden_matches_the_stacked_least_squares_problem():
+    from countlens.probes.ridge import _elden
+
+    rng = np.random.default_rng(1)
+    k = 12
+    diag, sup, f = rng.normal(size=k), rng.normal(size=k - 1), rng.normal(size=k)
+    diag[3] = 1e-9  # nearly singular B: the small-α solves must stay accurate
+    B = np.diag(diag) + np.diag(sup, 1)
+    alphas = np.array([1e-10, 1e-4, 1.0, 1e6])
+    Z = _elden(diag, sup, f, alphas)
+    for i, alpha in enumerate(alphas):  # min ||[B; √α I] z - [f; 0]|| by an independent dense solve
+        stacked = np.vstack([B, np.sqrt(alpha) * np.eye(k)])
+        ref = np.linalg.lstsq(stacked, np.concatenate([f, np.zeros(k)]), rcond=None)[0]
+        assert _rel(Z[:, i], ref) < 1e-9, alpha
+
+
+@pytest.mark.parametrize("n,d", SHAPES + [(1, 4), (5, 1), (577, 576)])
+def test_bidiag_solver_matches_the_svd_solver(n, d):
+    X, y = _design(n, d, 12)
+    alphas = np.concatenate([[0.0], ALPHAS])
+    bidiag, b_int = ridge_path(X, y, alphas, solver="bidiag")
+    svd, s_int = ridge_path(X, y, alphas, solver="svd")
+    for i in range(len(alphas)):
+        assert _rel(bidiag[i], svd[i]) < 1e-9 or np.linalg.norm(bidiag[i] - svd[i]) < 1e-12, (n, d, alphas[i])
+    np.testing.assert_allclose(b_int, s_int, rtol=1e-9, atol=1e-9)
+
+
+def test_bidiag_solver_on_degenerate_designs():
+    rng = np.random.default_rng(3)
+    y = rng.normal(size=30)
+    # a constant design (as at the embeddings location, where every prompt ends on the same token)
+    coefs, intercepts = ridge_path(np.full((30, 8), 2.5), y, [0.0, 1e-3, 1.0])
+    assert np.all(coefs == 0) and np.allclose(intercepts, y.mean())
+    # rank-deficient with n > d at α = 0: minimum norm, like lstsq
+    base = rng.normal(size=(30, 3))
+    X = np.hstack([base, base @ rng.normal(size=(3, 4))])  # (30, 7), rank 3
+    coefs, _ = ridge_path(X, y, [0.0, 1e-3], solver="bidiag")
+    ref = np.linalg.lstsq(X - X.mean(0), y - y.mean(), rcond=None)[0]
+    assert _rel(coefs[0], ref) < 1e-8
+    # (at a tiny α > 0 the rounding-level singular values of the null space would make any solver's answer
+    # rounding noise / α in those directions; at 1e-3 the answer is well defined)
+    assert _rel(coefs[1], Ridge(alpha=1e-3, solver="svd").fit(X, y).coef_) < 1e-8
+
+
+def test_bidiag_solver_keeps_precision_where_the_covariance_form_loses_it():
+    # condition number ~1e7: forming XcᵀXc squares it (1e14); the orthogonal solvers do not
+    rng = np.random.default_rng(4)
+    n, d = 300, 20
+    U, _ = np.linalg.qr(rng.normal(size=(n, d)))
+    V, _ = np.linalg.qr(rng.normal(size=(d, d)))
+    X = (U * np.logspace(0, -7, d)) @ V.T
+    y = X @ rng.normal(size=d) + 1e-3 * rng.normal(size=n)
+    alphas = np.array([0.0, 1e-14, 1e-10])
+    ref = [np.linalg.lstsq(X - X.mean(0), y - y.mean(), rcond=None)[0]]
+    ref += [Ridge(alpha=a, solver="svd").fit(X, y).coef_ for a in alphas[1:]]
+    bidiag, _ = ridge_path(X, y, alphas, solver="bidiag")
+    cov, _ = ridge_path(X, y, alphas, solver="covariance")
+    assert max(_rel(bidiag[i], ref[i]) for i in range(3)) < 1e-8
+    assert max(_rel(cov[i], ref[i]) for i in range(3)) > 1e-6  # the reason it is not the default
+
+
+def test_without_the_lapack_routines_auto_falls_back_to_svd_and_gram(monkeypatch):
+    from countlens.probes import _lapack, ridge
+
+    calls = []
+    for name in ("_solve_svd", "_solve_eigen_gram"):
+        original = getattr(ridge, name)
+        monkeypatch.setattr(ridge, name, lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a))
+    monkeypatch.setattr(_lapack, "available", lambda: False)
+    for n, d in [(40, 5), (5, 40)]:
+        X, y = _design(n, d, 13)
+        coefs, _ = ridge_path(X, y, ALPHAS)
+        assert _rel(coefs[3], Ridge(alpha=ALPHAS[3], solver="svd").fit(X, y).coef_) < 1e-8
+    assert calls == ["_solve_svd", "_solve_eigen_gram"]
+    with pytest.raises(ValueError, match="solver='svd'"):
+        ridge_path(X, y, ALPHAS, solver="bidiag")
