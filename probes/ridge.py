@@ -72,8 +72,10 @@ def _solve_bidiag(Xc: np.ndarray, yc: np.ndarray, alphas: np.ndarray) -> np.ndar
     """Ridge coefficients (A, d) by Eldén's method: a Householder QR, then a Golub–Kahan bidiagonalisation.
 
     n > d: one QR of ``[Xc | yc]`` gives ``Xc = Q R`` and ``c = Qᵀ yc`` together, and the problem becomes
-    ``min ||R w - c||² + α ||w||²`` with R (d, d). n <= d: a QR of ``Xcᵀ = Q₁ R₁`` gives ``w = Q₁ v`` with v
-    solving ``min ||R₁ᵀ v - yc||² + α ||v||²`` (R₁ (n, n); the ridge solution lies in the row space of Xc).
+    ``min ||R w - c||² + α ||w||²`` with R (d, d). n <= d: one Householder reflection drops the row that
+    centring makes zero, then a QR of the remaining ``(n - 1, d)`` rows' transpose ``= Q₁ R₁`` gives
+    ``w = Q₁ v`` with v solving ``min ||R₁ᵀ v - ŷ||² + α ||v||²`` (the ridge solution lies in the row space).
+    Xc and yc must be column-centred (as :func:`ridge_path` passes them).
     Either way the square problem is solved for every α by :func:`_square_ridge`. All transformations are
     orthogonal, so the precision is that of the thin-SVD solver (neither ``XcᵀXc`` nor ``XcXcᵀ`` is formed).
     """
@@ -88,10 +90,22 @@ def _solve_bidiag(Xc: np.ndarray, yc: np.ndarray, alphas: np.ndarray) -> np.ndar
         qr, _ = _geqrf(aug)
         R = np.asfortranarray(np.triu(qr[:d, :d]))  # (d, d)
         return _square_ridge(R, np.array(qr[:d, d]), alphas, size)  # qr[:d, d] = first d entries of Qᵀ yc
-    qr, tau = _geqrf(np.array(Xc.T, order="F"))  # Xcᵀ (d, n) = Q₁ R₁
-    M = np.asfortranarray(np.triu(qr[:n, :n]).T)  # R₁ᵀ (n, n)
+    if n == 1:
+        return np.zeros((alphas.size, d))  # one centred row is zero
+    # Centring makes 1ᵀXc = 0: the reflection H (H 1/√n = e_n) zeroes the last row of H·Xc (and of H·yc), so
+    # the problem is exactly the one on the first n - 1 rows, without the direction centring removed (which
+    # would otherwise make every α = 0 solve take the rank-deficient route).
+    u = np.full(n, 1.0 / np.sqrt(n))
+    u[-1] -= 1.0
+    scale = 2.0 / (u @ u)
+    Xh = np.empty((d, n - 1), order="F")  # (H Xc)[:n-1]ᵀ
+    Xh[:] = (Xc[:-1] - scale * np.outer(u[:-1], u @ Xc)).T
+    yh = yc[:-1] - scale * u[:-1] * (u @ yc)  # (n - 1,)
+    k = n - 1
+    qr, tau = _geqrf(Xh)  # (H Xc)[:k]ᵀ (d, k) = Q₁ R₁
+    M = np.asfortranarray(np.triu(qr[:k, :k]).T)  # R₁ᵀ (k, k)
     V = np.zeros((d, alphas.size), order="F")
-    V[:n] = _square_ridge(M, yc, alphas, size).T  # (n, A)
+    V[:k] = _square_ridge(M, yh, alphas, size).T  # (k, A)
     lwork = int(scipy.linalg.lapack.dormqr("L", "N", qr, tau, V, -1)[1][0])
     QV, _, info = scipy.linalg.lapack.dormqr("L", "N", qr, tau, V, max(lwork, 1), overwrite_c=True)
     if info != 0:

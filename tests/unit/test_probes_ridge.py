@@ -262,3 +262,27 @@ def test_without_the_lapack_routines_auto_falls_back_to_svd_and_gram(monkeypatch
     assert calls == ["_solve_svd", "_solve_eigen_gram"]
     with pytest.raises(ValueError, match="solver='svd'"):
         ridge_path(X, y, ALPHAS, solver="bidiag")
+
+
+def test_alpha_zero_with_fewer_samples_than_dimensions_needs_no_svd(monkeypatch):
+    # centring always costs one rank when n <= d; the solver drops that direction exactly, so generic data
+    # reach α = 0 by back-substitution, and only a truly rank-deficient design takes the SVD route
+    from countlens.probes import ridge
+
+    def no_svd(*args):
+        raise AssertionError("SVD fallback used")
+
+    X, y = _design(12, 60, 14)
+    ref = np.linalg.lstsq(X - X.mean(0), y - y.mean(), rcond=None)[0]
+    with monkeypatch.context() as patch:
+        patch.setattr(ridge, "_svd_coefs", no_svd)
+        coefs, _ = ridge_path(X, y, [0.0, 1.0], solver="bidiag")
+    assert _rel(coefs[0], ref) < 1e-8
+    X[5] = X[4]  # duplicated row: rank 10 after centring
+    y[5] = y[4] + 1.0
+    coefs, _ = ridge_path(X, y, [0.0], solver="bidiag")
+    assert _rel(coefs[0], np.linalg.lstsq(X - X.mean(0), y - y.mean(), rcond=None)[0]) < 1e-8
+    with monkeypatch.context() as patch:
+        patch.setattr(ridge, "_svd_coefs", no_svd)
+        with pytest.raises(AssertionError, match="SVD fallback"):
+            ridge_path(X, y, [0.0], solver="bidiag")
