@@ -179,7 +179,9 @@ def batches(prompts: Sequence[Prompt], batch_size: int, same_length: bool = Fals
 
 class TransformerLensCapture:
     """The ``transformer-lens`` backend: a ``TransformerBridge`` over the loaded model, same locations plus
-    ``blocks.{i}.hook_resid_mid`` of each block up to the last one needed. Batches must not be padded.
+    ``blocks.{i}.hook_resid_mid`` of each block up to the last one needed. Batches are right-padded and run
+    without an attention mask, which is exact for a causal model: real tokens keep their positions and the
+    boundary token never attends to the pads after it.
 
     Booting switches the model's attention to ``eager`` (TransformerLens needs it for its attention hooks).
     """
@@ -204,7 +206,7 @@ class TransformerLensCapture:
         return [f"blocks.{i}.hook_resid_mid" for i in self.mid_blocks]
 
     def run(self, input_ids, boundary_index):
-        """Unpadded batch (B, T) -> boundary vectors (B, n_locations + n_mid, d) float32 CPU."""
+        """Right-padded batch (B, T) -> boundary vectors (B, n_locations + n_mid, d) float32 CPU."""
         import torch
 
         out: dict[str, Any] = {}
@@ -355,9 +357,11 @@ def _batch_runner(loaded: LoadedModel, locations: Sequence[int] | None, backend:
         runner = TransformerLensCapture(loaded, locations)
 
         def run_tl(group: list[Prompt]) -> np.ndarray:
-            ids, _, index = pad_batch(group, pad_id, "right")  # same-length batch: no padding
+            # Right padding without a mask is exact for a causal model: every real token keeps its position,
+            # and the boundary token never attends to the pads after it.
+            ids, _, index = pad_batch(group, pad_id, "right")
             return runner.run(ids, index).numpy()
-        return names + runner.extra_names(), run_tl, True
+        return names + runner.extra_names(), run_tl, False
 
     hooks = BoundaryCapture(model, locations)
     device_in = model.get_input_embeddings().weight.device

@@ -175,8 +175,8 @@ def test_capture_folder_rows_match_independent_forward(tiny_models, tmp_path):  
 
 
 def test_transformer_lens_backend_gives_the_same_vectors(tiny_models, tmp_path):  # noqa: F811
-    """TransformerBridge (eager attention) vs HF hooks (sdpa): same vectors to 1e-5; resid_mid checked
-    against an explicit block input + attention output."""
+    """TransformerBridge (eager attention, right-padded batches of mixed lengths) vs HF hooks (sdpa): same
+    vectors to 1e-5; resid_mid checked against an explicit block input + attention output."""
     kw = dict(L=20, counts=[0, 5, 20], pairs=[["a", "b"]], configs=["count", "how-many"], seeds=[0],
               progress=False, batch_size=4)
     for arch in ("llama", "gpt2"):
@@ -184,6 +184,8 @@ def test_transformer_lens_backend_gives_the_same_vectors(tiny_models, tmp_path):
         tl_model = load_model(str(tiny_models[arch]), progress=False)
         tl = load_capture(capture(tl_model, tmp_path / f"{arch}-tl", backend="transformer-lens", **kw))
         names = capture_meta(tl)["locations"]
+        lengths = sorted(tl["n_tokens"])
+        assert len(set(lengths[:4])) > 1  # the first batch of 4 mixes lengths: right padding, no mask
         assert names[:3] == capture_meta(hf)["locations"]
         assert names[3:] == ["blocks.0.hook_resid_mid", "blocks.1.hook_resid_mid"]
         key = lambda ds: np.lexsort((ds["config"], ds["n"]))  # noqa: E731
