@@ -258,12 +258,16 @@ def fit_classifier_probe(X: np.ndarray, y: np.ndarray, splits, C: float | Sequen
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.linear_model import LogisticRegression
 
-    grid = sorted({float(c) for c in np.atleast_1d(C)})
+    grid = classifier_grid(C)
     if not grid or not all(np.isfinite(c) and c > 0 for c in grid):
         raise ValueError(f"classifier C values must be finite and > 0, got {C}")
     train, val, test = splits
     mean, scale = standardisation(X[train]) if standardize else (np.zeros(X.shape[1]), np.ones(X.shape[1]))
-    fitted = []
+
+    def accuracy(rows: np.ndarray, classes: np.ndarray, U: np.ndarray, c: np.ndarray) -> float:
+        return float(np.mean(classes[np.argmax(X[rows] @ U.T + c, axis=1)] == y[rows]))
+
+    fitted = []  # (validation accuracy, C, classifier, U, c) per C
     for c_value in grid:
         clf = LogisticRegression(C=c_value, max_iter=max_iter)
         with warnings.catch_warnings():
@@ -273,17 +277,18 @@ def fit_classifier_probe(X: np.ndarray, y: np.ndarray, splits, C: float | Sequen
         c = clf.intercept_ - U @ mean  # (classes,)
         if len(clf.classes_) == 2:  # sklearn stores one vector for two classes; scores are ±half of it
             U, c = np.vstack([-U[0] / 2, U[0] / 2]), np.array([-c[0] / 2, c[0] / 2])
-
-        def accuracy(rows: np.ndarray, clf=clf, U=U, c=c) -> float:
-            return float(np.mean(clf.classes_[np.argmax(X[rows] @ U.T + c, axis=1)] == y[rows]))
-
-        fitted.append((accuracy(val), c_value, clf, U, c, accuracy))
+        fitted.append((accuracy(val, clf.classes_, U, c), c_value, clf, U, c))
     val_path = [f[0] for f in fitted]
-    best = int(np.argmax(val_path))  # first maximum = smallest C among ties
-    val_acc, c_value, clf, U, c, accuracy = fitted[best]
-    return {"C": c_value, "C_grid": grid, "val_acc_path": val_path, "val_acc": val_acc, "test_acc": accuracy(test),
+    val_acc, c_value, clf, U, c = fitted[int(np.argmax(val_path))]  # first maximum = smallest C among ties
+    return {"C": c_value, "C_grid": grid, "val_acc_path": val_path, "val_acc": val_acc,
+            "test_acc": accuracy(test, clf.classes_, U, c),
             "class_norm_max": float(np.linalg.norm(U, axis=1).max()), "bias_abs_max": float(np.abs(c).max()),
             "classes": int(len(clf.classes_)), "converged": bool(np.all(clf.n_iter_ < max_iter))}
+
+
+def classifier_grid(C: float | Sequence[float]) -> list[float]:
+    """The classifier's C values as one sorted list without repeats (one value or a grid)."""
+    return sorted({float(c) for c in np.atleast_1d(C)})
 
 
 def _config_key(config: dict[str, Any]) -> str:
@@ -310,8 +315,7 @@ def run_probes(data: ProbeData, location_indices: list[int], alphas: np.ndarray,
               "alphas": alphas.tolist(), "seeds": [int(s) for s in seeds], "fractions": list(fractions),
               "standardize": bool(standardize), "bin_width": bin_width, "bin_start": bin_start,
               "selection": "validation rounded accuracy, ties by validation MSE", "rows": "all rows, IID by row",
-              "classifier_C": (None if classifier_C is None else
-                               sorted({float(c) for c in np.atleast_1d(classifier_C)}))}
+              "classifier_C": None if classifier_C is None else classifier_grid(classifier_C)}
     # The partial results are keyed by the configuration and by what the capture holds, so a recapture into
     # the same folder is never mixed with old results.
     data_key = {"settings": data.meta.get("settings"), "rows": len(data.n), "n_sum": float(data.n.sum()),

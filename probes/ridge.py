@@ -134,10 +134,11 @@ def _square_ridge(M: np.ndarray, c: np.ndarray, alphas: np.ndarray, size: int) -
     ``eps · size · s_max``, numpy's ``lstsq`` cut-off), else the SVD of M for the minimum-norm solution.
     """
     k = M.shape[0]
+    c = np.asarray(c, dtype=np.float64)
     zero = alphas == 0
     M0 = M.copy() if zero.any() else None
     diag, sup, tauq, taup = _lapack.gebrd(M)  # M now holds the reflectors
-    f = _lapack.ormbr("Q", "T", M, tauq, np.asfortranarray(np.array(c, dtype=np.float64)[:, None]))[:, 0]
+    f = _lapack.ormbr("Q", "T", M, tauq, np.array(c[:, None], order="F"))[:, 0]  # P_lᵀ c
     Z = np.zeros((k, alphas.size), order="F")
     if (~zero).any():
         Z[:, ~zero] = _elden(diag, sup, f, alphas[~zero])
@@ -150,7 +151,7 @@ def _square_ridge(M: np.ndarray, c: np.ndarray, alphas: np.ndarray, size: int) -
             Z[:, zero] = scipy.linalg.solve_banded((0, 1), ab, f)[:, None]
     coefs = _lapack.ormbr("P", "N", M, taup, Z).T  # (A, k) = (P_r Z)ᵀ
     if zero.any() and not full_rank:
-        coefs[zero] = _svd_coefs(M0, np.asarray(c, dtype=np.float64), np.zeros(1), size)[0]
+        coefs[zero] = _svd_coefs(M0, c, np.zeros(1), size)[0]
     return coefs
 
 

@@ -19,33 +19,9 @@ from countlens.toy.classification import (
     storage_cost,
 )
 from countlens.toy.model import VARIANTS, ToyConfig
+from tests.toy_reference import explicit_attention
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-def _scores_loop(cfg: ToyConfig, p, n: int, m: int) -> np.ndarray:
-    """Class scores for one pair from explicit attention over a token sequence (numpy)."""
-    P = {k: v.numpy() for k, v in p.tensors().items()}
-
-    def ln(v):
-        c = v - v.mean()
-        return c / np.sqrt((c * c).mean())
-
-    def embed(x):
-        if cfg.ln_place != "pre":
-            return x
-        return P["gamma"] * ln(x) + P["beta"] if cfg.ln_learned else ln(x)
-
-    seq = np.stack([embed(P["x_b"])] + [embed(P["x_s"])] * n + [embed(P["x_l"])] * m)
-    s = cfg.tau * seq @ seq[0]
-    if cfg.attention == "softmax":
-        w = np.exp(s - s.max())
-        o = (w / w.sum()) @ seq
-    else:
-        o = s @ seq
-    if cfg.ln_place == "post":
-        o = P["gamma"] * ln(o) + P["beta"] if cfg.ln_learned else ln(o)
-    return P["U"] @ o + P["c"]
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -65,7 +41,7 @@ def test_construction_argmax_by_explicit_attention(variant):
     p = classifier_construction(cfg)
     for n, m in itertools.product(range(10), range(10)):
         if n + m <= 9:
-            assert int(np.argmax(_scores_loop(cfg, p, n, m))) == n
+            assert int(np.argmax(explicit_attention(cfg, p, n, m).numpy())) == n
 
 
 def test_min_gap_by_count_matches_a_loop():
@@ -75,7 +51,7 @@ def test_min_gap_by_count_matches_a_loop():
     for n in range(12):
         gaps = []
         for m in range(12 - n):
-            s = _scores_loop(cfg, p, n, m)
+            s = explicit_attention(cfg, p, n, m).numpy()
             gaps.append(s[n] - np.max(np.delete(s, n)))
         expected.append(min(gaps))
     got = min_gap_by_count(cfg, p, chunk=50)  # small chunks: several blocks

@@ -19,6 +19,7 @@ from countlens.toy.model import (
     layer_norm,
     winning_gap,
 )
+from tests.toy_reference import explicit_attention
 
 
 def random_params(cfg: ToyConfig, seed: int, scale: float = 2.0) -> ToyParams:
@@ -32,31 +33,6 @@ def random_params(cfg: ToyConfig, seed: int, scale: float = 2.0) -> ToyParams:
     else:
         p.c = torch.randn(cfg.L + 1, generator=g, dtype=DTYPE)
     return p
-
-
-def explicit_attention(cfg: ToyConfig, p: ToyParams, n: int, m: int, rng: np.random.Generator) -> torch.Tensor:
-    """Run one attention layer over an explicit shuffled sequence b, s*n, l*m; read out at the boundary."""
-    kinds = np.array([0] + [1] * n + [2] * m)
-    rng.shuffle(kinds)  # any order: no positional encodings
-    emb = torch.stack([p.x_b, p.x_s, p.x_l])[torch.as_tensor(kinds)]  # (T, d)
-    if cfg.ln_place == "pre":
-        centred = emb - emb.mean(dim=1, keepdim=True)
-        emb = centred / torch.sqrt((centred**2).mean(dim=1, keepdim=True))
-        if cfg.ln_learned:
-            emb = p.gamma * emb + p.beta
-    b_pos = int(np.flatnonzero(kinds == 0)[0])
-    query = emb[b_pos]
-    scores = cfg.tau * (emb @ query)  # (T,)
-    weights = torch.softmax(scores, dim=0) if cfg.attention == "softmax" else scores
-    o = weights @ emb  # (d,)
-    if cfg.ln_place == "post":
-        centred = o - o.mean()
-        o = centred / torch.sqrt((centred**2).mean())
-        if cfg.ln_learned:
-            o = p.gamma * o + p.beta
-    if cfg.readout == "regression":
-        return o @ p.w + p.b0
-    return p.U @ o + p.c
 
 
 PAIRS = [(0, 0), (1, 0), (0, 1), (3, 2), (7, 0), (0, 7), (5, 5), (12, 3)]

@@ -10,7 +10,7 @@ import torch
 
 from countlens.results import UsageError
 from countlens.toy import model
-from countlens.toy.model import ToyConfig, ToyParams
+from countlens.toy.model import ToyConfig
 from countlens.toy.train import (
     TrainConfig,
     Trainer,
@@ -23,36 +23,9 @@ from countlens.toy.train import (
     split_domain,
     train,
 )
+from tests.toy_reference import explicit_outputs
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-def _explicit_outputs(cfg: ToyConfig, p: ToyParams, pairs: list[tuple[int, int]]) -> np.ndarray:
-    """Read-out for each (n, m) by explicit attention over a real token sequence (numpy, one at a time)."""
-    P = {k: v.detach().numpy() for k, v in p.tensors().items()}
-
-    def ln(v):
-        c = v - v.mean()
-        return c / np.sqrt((c * c).mean())
-
-    def embed(x):
-        if cfg.ln_place != "pre":
-            return x
-        return P["gamma"] * ln(x) + P["beta"] if cfg.ln_learned else ln(x)
-
-    outs = []
-    for n, m in pairs:
-        seq = np.stack([embed(P["x_b"])] + [embed(P["x_s"])] * n + [embed(P["x_l"])] * m)  # (T, d)
-        s = cfg.tau * seq @ seq[0]
-        if cfg.attention == "softmax":
-            wts = np.exp(s - s.max())
-            o = (wts / wts.sum()) @ seq
-        else:
-            o = s @ seq
-        if cfg.ln_place == "post":
-            o = P["gamma"] * ln(o) + P["beta"] if cfg.ln_learned else ln(o)
-        outs.append(o @ P["w"] + P["b0"] if cfg.readout == "regression" else P["U"] @ o + P["c"])
-    return np.array(outs)
 
 
 def test_split_is_disjoint_complete_and_seeded():
@@ -88,11 +61,11 @@ def test_losses_match_explicit_attention():
     for variant in ("softmax", "softmax-postln-learned", "linear"):
         cfg = ToyConfig(variant, 4, 6)
         p = model.init_params(cfg, seed=2)
-        y = _explicit_outputs(cfg, p, pairs)
+        y = explicit_outputs(cfg, p, pairs)
         assert float(loss_fn(cfg, p, n, m)) == pytest.approx(np.mean((y - n.numpy()) ** 2), rel=1e-10)
         cfgc = ToyConfig(variant, 4, 6, readout="classification")
         pc = model.init_params(cfgc, seed=2)
-        s = _explicit_outputs(cfgc, pc, pairs)  # (P, 7)
+        s = explicit_outputs(cfgc, pc, pairs)  # (P, 7)
         lse = np.log(np.exp(s - s.max(1, keepdims=True)).sum(1)) + s.max(1)
         ce = np.mean(lse - s[np.arange(len(pairs)), n.long().numpy()])
         assert float(loss_fn(cfgc, pc, n, m)) == pytest.approx(ce, rel=1e-10)
@@ -121,7 +94,7 @@ def test_training_counts_exactly_at_tiny_L_and_reports_true_metrics():
     c, p = r.toy()
     n, m = model.full_domain(12)
     pairs = list(zip(n.long().tolist(), m.long().tolist(), strict=True))
-    err = np.abs(_explicit_outputs(c, p, pairs) - n.numpy())
+    err = np.abs(explicit_outputs(c, p, pairs) - n.numpy())
     assert r.full_domain_worst_error == pytest.approx(err.max(), rel=1e-9)
     assert r.full_domain_worst_error < 0.5
     _, te = split_domain(12, 0.2, seed=0)
@@ -142,7 +115,7 @@ def test_classification_training_runs_and_accuracy_is_argmax():
     r = train(cfg, TrainConfig(steps=40, seed=0, log_every=20))
     c, p = r.toy()
     n, m = model.full_domain(8)
-    scores = _explicit_outputs(c, p, list(zip(n.long().tolist(), m.long().tolist(), strict=True)))  # (P, 9)
+    scores = explicit_outputs(c, p, list(zip(n.long().tolist(), m.long().tolist(), strict=True)))  # (P, 9)
     _, te = split_domain(8, 0.2, seed=0)
     acc = np.mean(scores[te.numpy()].argmax(1) == n.numpy()[te.numpy()])
     assert r.test_exact_accuracy == pytest.approx(acc)
