@@ -10,14 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from countlens.results import (
-    UsageError,
-    provenance,
-    read_json,
-    save_figure,
-    write_json_atomic,
-    write_text_atomic,
-)
+from countlens.errors import UsageError
+from countlens.io import provenance, read_json, save_figure, write_json_atomic, write_text_atomic
 
 
 def parse_window(text: str, name: str) -> tuple[int, int]:
@@ -75,7 +69,7 @@ def register(subparsers) -> None:
 # ---------------------------------------------------------------- geometry
 
 def _load(acts: str):
-    from countlens.llm.store import capture_meta, load_capture
+    from countlens.store import capture_meta, load_capture
 
     ds = load_capture(acts)
     meta = capture_meta(ds)

@@ -36,7 +36,7 @@ from countlens.analysis.geometry import (
     window_rows,
 )
 from countlens.analysis.layerwise import CentroidSet, single_threaded_blas
-from countlens.results import UsageError
+from countlens.errors import UsageError
 
 # Relative ridge coefficients: α / (mean eigenvalue of XcᵀXc). Exact toy read-outs need very weak
 # regularisation (their norms grow with L), so the grid reaches far down; 0 is the minimum-norm fit.

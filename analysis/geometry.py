@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from countlens.results import UsageError
+from countlens.errors import UsageError
 
 LOW_WINDOW = (1, 10)
 HIGH_WINDOW = (91, 100)

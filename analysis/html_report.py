@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from countlens.results import write_text_atomic
+from countlens.io import write_text_atomic
 
 REPORT_FILE = "reproduce.json"
 STAGE_FILE = "stage.json"

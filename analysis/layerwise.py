@@ -26,7 +26,7 @@ from countlens.analysis.geometry import (
     pca_2d,
     window_rows,
 )
-from countlens.results import UsageError
+from countlens.errors import UsageError
 
 
 @dataclass

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from countlens.results import UsageError, provenance, read_json, write_json_atomic, write_text_atomic
+from countlens.errors import UsageError
+from countlens.io import provenance, read_json, write_json_atomic, write_text_atomic
 
 STAGE_FILE = "stage.json"
 REPORT_FILE = "reproduce.json"

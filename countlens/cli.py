@@ -10,7 +10,8 @@ import argparse
 import importlib
 import sys
 
-from countlens.results import UsageError
+from countlens.args import OneLineParser
+from countlens.errors import EXIT_USAGE, UsageError
 
 # (module, what it adds) — imported lazily so `countlens toy ...` never pays for torch-heavy LLM imports.
 _AREAS = (
@@ -19,13 +20,6 @@ _AREAS = (
     "countlens.probes.cli",
     "countlens.analysis.cli",
 )
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line naming the fix, with exit status 2."""
-
-    def error(self, message: str) -> None:  # noqa: D401 - argparse API
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         result = args.func(args)
     except UsageError as exc:
         print(f"countlens: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print("countlens: interrupted; finished results are kept, rerun the same command to resume",
               file=sys.stderr)

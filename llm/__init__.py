@@ -3,4 +3,4 @@
 Only the data-set format is imported eagerly; model loading and capture import torch/transformers on use.
 """
 
-from countlens.llm.store import ActivationWriter, acts_array, capture_meta, load_capture, read_meta  # noqa: F401
+from countlens.store import ActivationWriter, acts_array, capture_meta, load_capture, read_meta  # noqa: F401

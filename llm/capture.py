@@ -27,8 +27,9 @@ from countlens.llm.prompts import (
     boundary_tokens,
     build_prompts,
 )
-from countlens.llm.store import ActivationWriter, load_capture, read_meta
-from countlens.results import UsageError, provenance, write_json_atomic
+from countlens.store import ActivationWriter, load_capture, read_meta
+from countlens.errors import UsageError
+from countlens.io import provenance, write_json_atomic
 
 BACKENDS = ("hf", "transformer-lens")
 ACTS_DTYPES = ("float32", "float16")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from countlens.results import UsageError
+from countlens.errors import UsageError
 
 
 def parse_counts(text: str, name: str = "--counts") -> list[int]:
@@ -49,7 +49,7 @@ def _add_prompt_args(p: argparse.ArgumentParser) -> None:
 
 def _settings(args):
     from countlens.llm.prompts import PromptSettings, parse_pairs
-    from countlens.results import parse_int_list
+    from countlens.args import parse_int_list
 
     return PromptSettings(L=args.L, counts=parse_counts(args.counts), per_count=args.per_count,
                           pairs=parse_pairs(args.pairs), configs=[c.strip() for c in args.configs.split(",") if c.strip()],
@@ -98,7 +98,7 @@ def _quiet_transformers() -> None:
 
 def run_capture(args) -> int:
     from countlens.llm.capture import capture
-    from countlens.llm.store import read_meta
+    from countlens.store import read_meta
 
     _quiet_transformers()
     settings = _settings(args)

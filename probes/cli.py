@@ -13,15 +13,9 @@ import io
 import math
 from pathlib import Path
 
-from countlens.results import (
-    UsageError,
-    parse_float_list,
-    parse_int_list,
-    read_json,
-    save_figure,
-    write_json_atomic,
-    write_text_atomic,
-)
+from countlens.args import parse_float_list, parse_int_list
+from countlens.errors import UsageError
+from countlens.io import read_json, save_figure, write_json_atomic, write_text_atomic
 
 _RUN_DESCRIPTION = ("Fit ridge probes of the count on the boundary vector at every location: the whole alpha "
                     "grid from one decomposition per location and seed, alpha chosen on a validation split, "

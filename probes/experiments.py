@@ -26,10 +26,11 @@ from typing import Any
 
 import numpy as np
 
-from countlens.llm.store import capture_meta, load_capture
+from countlens.store import capture_meta, load_capture
 from countlens.probes.metrics import binned_accuracy, count_bins, mae, native_norm, r2, rounded_accuracy
 from countlens.probes.ridge import native_ridge_path, ridge_path, select_alpha, standardisation
-from countlens.results import UsageError, provenance, read_json, write_json_atomic
+from countlens.errors import UsageError
+from countlens.io import provenance, read_json, write_json_atomic
 
 DEFAULT_ALPHAS = "1e-6:1e4:41"
 DEFAULT_SWEEP_ALPHAS = "1e-6:1e6:49"

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from countlens.results import UsageError
+from countlens.errors import UsageError
 from countlens.toy.constructions import (
     Construction,
     best_construction,

@@ -8,15 +8,9 @@ import math
 import sys
 from pathlib import Path
 
-from countlens.results import (
-    UsageError,
-    parse_float_list,
-    parse_int_list,
-    provenance,
-    read_json,
-    save_figure,
-    write_json_atomic,
-)
+from countlens.args import parse_float_list, parse_int_list
+from countlens.errors import UsageError
+from countlens.io import provenance, read_json, save_figure, write_json_atomic
 
 try:  # helper commands for training (train, table2, figure2..4) and Table 3's attained column
     from countlens.toy import train_cli

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from countlens.results import read_json, write_json_atomic
+from countlens.io import read_json, write_json_atomic
 from countlens.toy.check import full_domain_check
 from countlens.toy.classification import (
     arc_angle,

@@ -5,7 +5,7 @@ One row per admissible count pair ``n, m >= 0, n + m <= L``, with two locations:
     attn_out   o(n, m), the attention output at the boundary
     h          h(n, m), what the read-out sees (post-LN applied where the variant has it; = o otherwise)
 
-and the columns of :mod:`countlens.llm.store` filled as a toy "prompt" would: ``pair="toy"``,
+and the columns of :mod:`countlens.store` filled as a toy "prompt" would: ``pair="toy"``,
 ``config=<variant>``, ``seed=<seed>``, ``prompt=""``, ``boundary_index=0``, ``n_tokens=1+n+m``. Values are
 stored as float64 (softmax compresses high counts to spacings far below float32 resolution at large L).
 Every probe and geometry command therefore runs on toy parameters — constructed or trained — unchanged.
@@ -22,8 +22,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from countlens.llm.store import ActivationWriter, read_meta
-from countlens.results import UsageError, provenance
+from countlens.store import ActivationWriter, read_meta
+from countlens.errors import UsageError
+from countlens.io import provenance
 from countlens.toy.model import ToyConfig, ToyParams, attention_output, boundary_representation, full_domain
 
 LOCATIONS = ("attn_out", "h")

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from countlens.results import UsageError
+from countlens.errors import UsageError
 
 VARIANTS = (
     "linear",

@@ -32,7 +32,8 @@ from typing import Any
 
 import torch
 
-from countlens.results import UsageError, write_bytes_atomic
+from countlens.errors import UsageError
+from countlens.io import write_bytes_atomic
 from countlens.toy import model
 from countlens.toy.check import full_domain_check
 from countlens.toy.model import DTYPE, ToyConfig, ToyParams

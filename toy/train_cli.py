@@ -14,15 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from countlens.results import (
-    UsageError,
-    parse_float_list,
-    parse_int_list,
-    provenance,
-    read_json,
-    save_figure,
-    write_json_atomic,
-)
+from countlens.args import parse_float_list, parse_int_list
+from countlens.errors import UsageError
+from countlens.io import provenance, read_json, save_figure, write_json_atomic
 from countlens.toy import experiments as ex
 from countlens.toy.model import READOUTS, VARIANTS, ToyConfig
 from countlens.toy.train import OPTIMIZERS, TrainConfig, TrainingDiverged, train

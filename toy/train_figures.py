@@ -1,7 +1,7 @@
 """Figures 2, 3 and 4, each drawn from its experiment's result alone (no recomputation).
 
 Every function takes the result dataclass of :mod:`countlens.toy.experiments` (or its JSON dict) and returns
-a matplotlib Figure; the CLI saves it with :func:`countlens.results.save_figure`.
+a matplotlib Figure; the CLI saves it with :func:`countlens.io.save_figure`.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ import pytest
 from countlens.analysis.figures import plot_figure5, plot_figure6
 from countlens.analysis.layerwise import GeometryResult
 from countlens.cli import main
-from countlens.llm.store import ActivationWriter
-from countlens.results import save_figure
+from countlens.store import ActivationWriter
+from countlens.io import save_figure
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -8,7 +8,7 @@ import pytest
 from sklearn.linear_model import Ridge
 
 from countlens.cli import main
-from countlens.llm.store import ActivationWriter, features
+from countlens.store import ActivationWriter, features
 from countlens.probes.experiments import split_rows
 from countlens.probes.metrics import rounded_accuracy
 from countlens.toy.model import ToyConfig, init_params

@@ -7,7 +7,7 @@ from sklearn.decomposition import PCA
 
 from countlens.analysis import geometry as g
 from countlens.analysis.layerwise import centroids_from_arrays, compute_geometry, default_pca_locations
-from countlens.results import UsageError
+from countlens.errors import UsageError
 
 
 def erank_direct(X):

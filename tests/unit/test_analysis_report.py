@@ -5,7 +5,7 @@ import re
 from html.parser import HTMLParser
 
 from countlens.analysis.html_report import render_index
-from countlens.results import write_json_atomic
+from countlens.io import write_json_atomic
 
 
 class ReportParser(HTMLParser):

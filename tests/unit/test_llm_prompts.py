@@ -12,7 +12,7 @@ from countlens.llm.prompts import (
     mark_boundary,
     parse_pairs,
 )
-from countlens.results import UsageError
+from countlens.errors import UsageError
 from tests.llm_fixtures import smollm2_tokenizer  # noqa: F401
 
 

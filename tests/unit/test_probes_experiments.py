@@ -16,7 +16,7 @@ from countlens.probes.experiments import (
     split_rows,
 )
 from countlens.probes.metrics import rounded_accuracy
-from countlens.results import UsageError
+from countlens.errors import UsageError
 
 NAMES = ["embed", "blocks.0.hook_resid_post", "blocks.1.hook_resid_post"]
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from countlens.results import UsageError
+from countlens.errors import UsageError
 from countlens.toy.model import (
     DTYPE,
     VARIANTS,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from countlens.results import UsageError
+from countlens.errors import UsageError
 from countlens.toy import model
 from countlens.toy.model import ToyConfig
 from countlens.toy.train import (

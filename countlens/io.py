@@ -1,4 +1,4 @@
-"""What every experiment shares: the bad-input error, atomic writes, and provenance.
+"""Results as files: atomic writes, strict JSON, CSV, figures, and the provenance every result carries.
 
 Results are files a user can reuse: JSON for numbers, PNG and PDF for figures, each carrying the config
 and package versions that made it. Every write goes to a temporary file in the same folder and is renamed
@@ -21,15 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from countlens.errors import UsageError
+
 _VERSIONED = ("countlens", "numpy", "scipy", "torch", "transformers", "datasets", "scikit-learn",
               "transformer-lens", "matplotlib")
-
-
-class UsageError(Exception):
-    """Bad input from the user. The CLI prints its message on one line and exits with status 2.
-
-    The message should name the fix (``--L must be >= 1``, ``pass --template plain``), not the symptom.
-    """
 
 
 def package_versions() -> dict[str, str]:
@@ -143,29 +138,25 @@ def save_figure(fig: Any, stem: str | os.PathLike, formats: tuple[str, ...] = ("
     return written
 
 
-def parse_float_list(text: str, name: str) -> list[float]:
-    """Parse ``"10,30,100"`` into floats, raising :class:`UsageError` naming the flag on bad input."""
-    try:
-        values = [float(v) for v in str(text).split(",") if v.strip()]
-    except ValueError:
-        raise UsageError(f"{name} must be a comma-separated list of numbers, got {text!r}") from None
-    if not values:
-        raise UsageError(f"{name} must not be empty")
-    return values
+def write_csv_atomic(path: str | os.PathLike, header: list[str], rows: list[list[Any]]) -> Path:
+    """Write a CSV file (one header line, then ``rows``) atomically."""
+    import csv
+    import io as _io
+
+    buf = _io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    return write_text_atomic(path, buf.getvalue())
 
 
-def parse_int_list(text: str, name: str) -> list[int]:
-    """Parse ``"3,4,8"`` (or a range ``"0:100"``, inclusive) into ints; :class:`UsageError` on bad input."""
-    text = str(text).strip()
-    try:
-        if ":" in text and "," not in text:
-            lo, hi = (int(v) for v in text.split(":"))
-            if hi < lo:
-                raise ValueError
-            return list(range(lo, hi + 1))
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise UsageError(f"{name} must be integers like 1,2,3 or a range like 0:100, got {text!r}") from None
-    if not values:
-        raise UsageError(f"{name} must not be empty")
-    return values
+def config_digest(config: Any, length: int = 20) -> str:
+    """A short SHA-256 of ``config`` as canonical JSON (sorted keys): what keys a cached result."""
+    import hashlib
+
+    text = json.dumps(to_jsonable(config), sort_keys=True, allow_nan=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:length]
+
+
+__all__ = ["package_versions", "provenance", "to_jsonable", "write_bytes_atomic", "write_text_atomic",
+           "write_json_atomic", "write_csv_atomic", "read_json", "save_figure", "config_digest"]

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from countlens.cli import main
-from countlens.results import UsageError, parse_int_list, read_json, write_json_atomic
+from countlens.args import parse_int_list
+from countlens.errors import UsageError
+from countlens.io import read_json, write_json_atomic
 
 
 def test_json_is_strict_and_atomic(tmp_path):

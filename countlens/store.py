@@ -28,11 +28,14 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
-from countlens.results import UsageError, read_json, write_json_atomic
+from countlens.cache import refuse_other_settings
+from countlens.errors import UsageError
+from countlens.io import read_json, write_json_atomic
 
 META = "meta.json"
 SHARDS = "shards"
@@ -74,9 +77,7 @@ class ActivationWriter:
         existing = self.dir / META
         if existing.exists():
             old = read_json(existing, "capture metadata")
-            if old.get("settings") != self.meta.get("settings"):
-                raise UsageError(f"{self.dir} holds a capture made with other settings; "
-                                 "choose another --out folder or delete it")
+            refuse_other_settings(self.dir, "an activation folder", old.get("settings"), self.meta.get("settings"))
         elif self.dir.exists() and any(self.dir.iterdir()):
             raise UsageError(f"{self.dir} exists and is not a countlens capture; choose an empty --out folder")
         (self.dir / SHARDS).mkdir(parents=True, exist_ok=True)
@@ -175,10 +176,34 @@ def capture_meta(ds) -> dict[str, Any]:
     return json.loads(ds.info.description or "{}")
 
 
-def acts_array(ds, location: int | None = None) -> np.ndarray:
-    """All activations as float64: (rows, n_locations, d), or (rows, d) for one location index."""
-    # datasets' numpy formatter casts floats to float32 unless told the dtype: float64 toy exports would lose
-    # precision silently, so ask for the stored dtype and widen afterwards.
+def iter_batches(ds, columns: Sequence[str] = ("acts", "n"), location: int | None = None,
+                 batch_size: int = 512) -> Iterator[dict[str, np.ndarray]]:
+    """Stream a capture in row batches: a dict of numpy arrays per batch, ``acts`` in the *stored* dtype,
+    (rows, n_locations, d), or (rows, d) for one location index.
+
+    This is the one reader of activations: ``datasets``' numpy formatter casts floats to float32 unless
+    told the dtype, so a float64 toy export would lose precision silently; here the stored dtype is asked
+    for explicitly.
+    """
     stored = capture_meta(ds).get("dtype", "float32")
-    acts = np.asarray(ds.with_format("numpy", dtype=stored)["acts"], dtype=np.float64)
-    return acts if location is None else acts[:, location, :]
+    view = ds.with_format("numpy", columns=list(columns), dtype=stored)
+    for start in range(0, len(view), batch_size):
+        batch = dict(view[start:start + batch_size])
+        if "acts" in batch and location is not None:
+            batch["acts"] = batch["acts"][:, location, :]
+        yield batch
+
+
+def acts_array(ds, location: int | None = None, dtype=np.float64) -> np.ndarray:
+    """All activations, widened to ``dtype``: (rows, n_locations, d), or (rows, d) for one location."""
+    parts = [np.asarray(b["acts"], dtype=dtype) for b in iter_batches(ds, ("acts",), location)]
+    return np.concatenate(parts) if parts else np.zeros((0,), dtype=dtype)
+
+
+def column(ds, name: str) -> np.ndarray:
+    """One scalar column (``n``, ``m``, ``seed``, ...) as a numpy array."""
+    return np.asarray(ds.with_format("numpy", columns=[name])[name])
+
+
+__all__ = ["META", "SHARDS", "COLUMNS", "features", "ActivationWriter", "read_meta", "load_capture",
+           "capture_meta", "iter_batches", "acts_array", "column"]
