@@ -27,8 +27,8 @@ import json
 import os
 import shutil
 import tempfile
-from pathlib import Path
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np

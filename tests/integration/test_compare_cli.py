@@ -8,7 +8,7 @@ import torch
 
 from countlens.cli import main
 from countlens.toy.model import ToyParams, boundary_representation, full_domain
-from tests.integration.test_geometry_cli import PNG, write_capture
+from tests.helpers.captures import PNG, write_capture
 
 WINDOWS = ["--low", "1:5", "--high", "15:20", "--pca-counts", "1:20", "--arc-counts", "1:20"]
 

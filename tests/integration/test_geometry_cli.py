@@ -8,29 +8,8 @@ import pytest
 from countlens.analysis.figures import plot_figure5, plot_figure6
 from countlens.analysis.layerwise import GeometryResult
 from countlens.cli import main
-from countlens.store import ActivationWriter
 from countlens.io import save_figure
-
-PNG = b"\x89PNG\r\n\x1a\n"
-
-
-def write_capture(path, counts, seeds=(0, 1), reps=2, n_loc=4, d=6, pairs=("a", "b")):
-    """A synthetic capture: the count is encoded along a curve, plus per-prompt noise. Returns the arrays."""
-    rng = np.random.default_rng(0)
-    curve = rng.normal(size=(3, n_loc, d))
-    rows = [(s, c, p) for s in seeds for c in counts for p in pairs for _ in range(reps)]
-    n = np.array([c for _, c, _ in rows])
-    t = np.sqrt(n)[:, None, None]
-    acts = t * curve[0] + np.sin(t) * curve[1] + 0.05 * rng.normal(size=(len(rows), n_loc, d))
-    writer = ActivationWriter(path, {"locations": ["embed"] + [f"blocks.{i}.hook_resid_post" for i in
-                                                               range(n_loc - 1)], "d": d, "model": "synthetic",
-                                     "settings": {"synthetic": True}})
-    writer.write_shard(0, {
-        "acts": acts, "n": n.tolist(), "m": [0] * len(rows), "pair": [p for *_, p in rows],
-        "config": ["c0"] * len(rows), "seed": [s for s, _, _ in rows], "prompt": [""] * len(rows),
-        "boundary_index": [0] * len(rows), "n_tokens": (n + 1).tolist()})
-    writer.finish()
-    return acts, n, np.array([s for s, _, _ in rows])
+from tests.helpers.captures import PNG, write_capture
 
 
 def test_geometry_writes_json_csv_and_figures(tmp_path):

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from countlens.cli import main
-from countlens.llm import acts_array, capture_meta, load_capture, read_meta
 from countlens.errors import UsageError
-from tests.llm_fixtures import smollm2_tokenizer, tiny_models  # noqa: F401
+from countlens.llm import acts_array, capture_meta, load_capture, read_meta
+from tests.helpers.llm_fixtures import smollm2_tokenizer, tiny_models  # noqa: F401
 
 SMALL = ["--L", "12", "--counts", "0,3,12", "--pairs", "a/b", "--configs", "count", "--seeds", "0", "--quiet"]
 

@@ -10,9 +10,9 @@ import pytest
 
 from countlens.analysis.report import build_stages, run_command
 from countlens.cli import main
-from tests.llm_fixtures import smollm2_tokenizer  # noqa: F401 - session fixture
-from tests.tiny_models import build_tiny_chat_model
-from tests.unit.test_analysis_report import check_report
+from tests.helpers.llm_fixtures import smollm2_tokenizer  # noqa: F401 - session fixture
+from tests.helpers.report_checks import check_report
+from tests.helpers.tiny_models import build_tiny_chat_model
 
 PNG = b"\x89PNG\r\n\x1a\n"
 FIGURES = ("toy-figure1", "toy-figure2", "toy-figure3", "toy-figure4", "geometry", "probe", "probe-sweep",

@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from countlens.cli import main
 from countlens.args import parse_int_list
+from countlens.cli import main
 from countlens.errors import UsageError
 from countlens.io import read_json, write_json_atomic
 

@@ -15,7 +15,7 @@ from countlens.llm import acts_array, capture_meta, load_capture
 from countlens.llm.capture import BoundaryCapture, capture, find_blocks, location_names, pad_batch
 from countlens.llm.models import load_model
 from countlens.llm.prompts import PromptSettings, build_prompts
-from tests.llm_fixtures import smollm2_tokenizer, tiny_models  # noqa: F401
+from tests.helpers.llm_fixtures import smollm2_tokenizer, tiny_models  # noqa: F401
 
 ATOL = 1e-5
 

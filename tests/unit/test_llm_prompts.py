@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
+from countlens.errors import UsageError
 from countlens.llm.cli import parse_counts
 from countlens.llm.prompts import (
     PromptSettings,
@@ -12,8 +13,7 @@ from countlens.llm.prompts import (
     mark_boundary,
     parse_pairs,
 )
-from countlens.errors import UsageError
-from tests.llm_fixtures import smollm2_tokenizer  # noqa: F401
+from tests.helpers.llm_fixtures import smollm2_tokenizer  # noqa: F401
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from sklearn.linear_model import Ridge
 
+from countlens.errors import UsageError
 from countlens.probes.experiments import (
     NormSweepResult,
     ProbeData,
@@ -16,7 +17,6 @@ from countlens.probes.experiments import (
     split_rows,
 )
 from countlens.probes.metrics import rounded_accuracy
-from countlens.errors import UsageError
 
 NAMES = ["embed", "blocks.0.hook_resid_post", "blocks.1.hook_resid_post"]
 

@@ -19,7 +19,7 @@ from countlens.toy.classification import (
     storage_cost,
 )
 from countlens.toy.model import VARIANTS, ToyConfig
-from tests.toy_reference import explicit_attention
+from tests.helpers.toy_reference import explicit_attention
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -11,29 +11,13 @@ from countlens.toy.model import (
     DTYPE,
     VARIANTS,
     ToyConfig,
-    ToyParams,
     count_error,
     forward,
     full_domain,
-    init_params,
     layer_norm,
     winning_gap,
 )
-from tests.toy_reference import explicit_attention
-
-
-def random_params(cfg: ToyConfig, seed: int, scale: float = 2.0) -> ToyParams:
-    p = init_params(cfg, seed=seed, scale=scale)
-    g = torch.Generator().manual_seed(1000 + seed)
-    if cfg.ln_learned:  # not the identity LN: random gain and bias
-        p.gamma = 1.0 + torch.randn(cfg.d, generator=g, dtype=DTYPE)
-        p.beta = torch.randn(cfg.d, generator=g, dtype=DTYPE)
-    if cfg.readout == "regression":
-        p.b0 = torch.randn((), generator=g, dtype=DTYPE)
-    else:
-        p.c = torch.randn(cfg.L + 1, generator=g, dtype=DTYPE)
-    return p
-
+from tests.helpers.toy_reference import explicit_attention, random_params
 
 PAIRS = [(0, 0), (1, 0), (0, 1), (3, 2), (7, 0), (0, 7), (5, 5), (12, 3)]
 

@@ -23,7 +23,7 @@ from countlens.toy.train import (
     split_domain,
     train,
 )
-from tests.toy_reference import explicit_outputs
+from tests.helpers.toy_reference import explicit_outputs
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

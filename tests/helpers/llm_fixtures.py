@@ -1,6 +1,6 @@
 """Session-scoped pytest fixtures for the LLM tests: the SmolLM2 tokenizer (extracted once) and tiny models.
 
-Import the fixtures into a test module (``from tests.llm_fixtures import tiny_model_dir, ...  # noqa: F401``)
+Import the fixtures into a test module (``from tests.helpers.llm_fixtures import tiny_model_dir, ...  # noqa: F401``)
 or a conftest. Each tiny model is built once per session and must be treated as read-only.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.tiny_models import ARCHS, build_tiny_chat_model, smollm2_tokenizer_dir
+from tests.helpers.tiny_models import ARCHS, build_tiny_chat_model, smollm2_tokenizer_dir
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from countlens.toy.model import ToyConfig, ToyParams
+from countlens.toy.model import DTYPE, ToyConfig, ToyParams, init_params
 
 
 def explicit_attention(cfg: ToyConfig, p: ToyParams, n: int, m: int,
@@ -38,3 +38,17 @@ def explicit_attention(cfg: ToyConfig, p: ToyParams, n: int, m: int,
 def explicit_outputs(cfg: ToyConfig, p: ToyParams, pairs: list[tuple[int, int]]) -> np.ndarray:
     """:func:`explicit_attention` for each (n, m): (P,) regression outputs or (P, L + 1) class scores."""
     return np.array([explicit_attention(cfg, p, n, m).numpy() for n, m in pairs])
+
+
+def random_params(cfg: ToyConfig, seed: int, scale: float = 2.0) -> ToyParams:
+    """Random parameters of every kind, LN gain/bias and read-out biases included (not the identity LN)."""
+    p = init_params(cfg, seed=seed, scale=scale)
+    g = torch.Generator().manual_seed(1000 + seed)
+    if cfg.ln_learned:  # not the identity LN: random gain and bias
+        p.gamma = 1.0 + torch.randn(cfg.d, generator=g, dtype=DTYPE)
+        p.beta = torch.randn(cfg.d, generator=g, dtype=DTYPE)
+    if cfg.readout == "regression":
+        p.b0 = torch.randn((), generator=g, dtype=DTYPE)
+    else:
+        p.c = torch.randn(cfg.L + 1, generator=g, dtype=DTYPE)
+    return p

@@ -1,0 +1,1 @@
+"""Shared test helpers: tiny model builders, LLM fixtures, the explicit-attention toy reference."""
