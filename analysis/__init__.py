@@ -1,15 +1,27 @@
-"""Count geometry (SPEC §2), toy-vs-LLM comparison, and the one-command report.
+"""Count geometry (docs/definitions.md §2), the toy-vs-LLM comparison, and the one-command report.
 
-Pure metrics (numpy only) are importable from here: ``effective_rank``, ``gap_ratio``, ``erank_ratio``,
-``count_centroids``, ``adjacent_gaps``, ``pca_2d``, ``arc_angle``. Experiments: ``countlens.analysis.layerwise``
-(Figures 5 and 6), ``countlens.analysis.compare`` (toy vs LLM), ``countlens.analysis.report`` (``reproduce``).
+Numerics (numpy only): ``effective_rank``, ``gap_ratio``, ``erank_ratio``, ``count_centroids``,
+``adjacent_gaps``, ``pca_2d``, ``endpoint_angle`` (:mod:`countlens.analysis.geometry`), the centroid sets
+and Figure 5/6 computation (:mod:`countlens.analysis.layerwise`) and the comparison's metrics
+(:mod:`countlens.analysis.compare`). Experiments: :class:`GeometryConfig` → :func:`run_geometry` →
+:class:`GeometryResult` (Figures 5 and 6) and :class:`CompareConfig` → :func:`run_compare` →
+:class:`CompareResult` (toy vs LLM), in :mod:`countlens.analysis.experiments`; figures in
+:mod:`countlens.analysis.figures` (imports matplotlib).
 """
 
+from countlens.analysis.experiments import (  # noqa: F401
+    CompareConfig,
+    CompareResult,
+    GeometryConfig,
+    GeometryResult,
+    run_compare,
+    run_geometry,
+)
 from countlens.analysis.geometry import (  # noqa: F401
     adjacent_gaps,
-    arc_angle,
     count_centroids,
     effective_rank,
+    endpoint_angle,
     erank_ratio,
     gap_ratio,
     mean_gap,

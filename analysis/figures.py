@@ -1,19 +1,18 @@
-"""One plotting function per figure; each takes a result object and returns a matplotlib Figure.
+"""One plotting function per figure; each takes a result object and returns a matplotlib Figure, and
+``draw_geometry`` / ``draw_compare`` save a result's figure files.
 
 Figures are redrawn from the JSON results without recomputing (``GeometryResult.from_dict`` etc.).
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 
-
-def _short(name: str) -> str:
-    """``blocks.3.hook_resid_post`` -> ``block 3``; other names unchanged."""
-    parts = name.split(".")
-    if len(parts) >= 2 and parts[0] == "blocks" and parts[1].isdigit():
-        return f"after block {int(parts[1]) + 1}"
-    return name
+from countlens.io import save_figure
+from countlens.locations import location_label
 
 
 def plot_figure5(result):
@@ -27,6 +26,7 @@ def plot_figure5(result):
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     for key, colour, label in (("gap_ratio", "tab:blue", "adjacent-centroid gap ratio"),
                                ("erank_ratio", "tab:red", "effective-rank ratio")):
+        label += " (per-seed centroids, mean over seeds)"
         mean = np.array([r[key] for r in rows], dtype=float)
         lo = np.array([r[f"{key}_min"] for r in rows], dtype=float)
         hi = np.array([r[f"{key}_max"] for r in rows], dtype=float)
@@ -36,8 +36,8 @@ def plot_figure5(result):
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     hw, lw = result.high_window, result.low_window
     ax.set_xlabel("residual location (0 = embeddings, ℓ = after block ℓ)")
-    ax.set_ylabel(f"counts {hw[0]}–{hw[1]} / counts {lw[0]}–{lw[1]}")
-    ax.set_title(f"Layerwise count geometry ({len(result.seeds)} seed(s): mean, range shaded)", fontsize=10)
+    ax.set_ylabel(f"ratio: counts ${hw[0]}$–${hw[1]}$ / counts ${lw[0]}$–${lw[1]}$")
+    ax.set_title(f"Layerwise count geometry ({len(result.seeds)} seed(s): seed mean, range shaded)", fontsize=10)
     ax.legend(frameon=False, fontsize=8)
     fig.tight_layout()
     return fig
@@ -68,7 +68,7 @@ def plot_pca_panels(panels, titles, suptitle: str | None = None):
         ax.set_xlabel(f"PC1 ({100 * ev[0]:.0f}%)", fontsize=8)
         ax.set_ylabel(f"PC2 ({100 * ev[1]:.0f}%)", fontsize=8)
         ax.tick_params(labelsize=7)
-    fig.colorbar(sc, ax=list(axes[0]), label="count n", shrink=0.9)
+    fig.colorbar(sc, ax=list(axes[0]), label="count $n$", shrink=0.9)
     if suptitle:
         fig.suptitle(suptitle, fontsize=10)
     return fig
@@ -76,72 +76,100 @@ def plot_pca_panels(panels, titles, suptitle: str | None = None):
 
 def plot_figure6(result):
     """Figure 6: PCA of the count centroids at (by default) four locations, colour = count."""
-    titles = [_short(p["name"]) for p in result.pca]
+    titles = [location_label(p["name"]) for p in result.pca]
     c = result.pca_counts
-    return plot_pca_panels(result.pca, titles, f"PCA of count centroids, n = {c[0]}..{c[1]}")
+    return plot_pca_panels(result.pca, titles, f"PCA of count centroids (pooled over seeds), $n = {c[0]}..{c[1]}$")
 
 
 def plot_compare(result):
-    """Toy vs LLM: PCA of each source's centroids (top) and the four metrics side by side (bottom).
+    """Toy vs LLM: PCA of each source's centroids (top, with axes and a shared count colour bar) and the
+    four metrics side by side (bottom; linear scales, so exact zeros show as a marker on the axis).
 
-    ``result``: :class:`countlens.analysis.compare.CompareResult`.
+    ``result``: :class:`countlens.analysis.experiments.CompareResult`.
     """
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import NullFormatter
 
     rows = result.rows
     k = len(rows)
-    fig = plt.figure(figsize=(max(2.6 * k, 10.5), 6.4))
-    grid = fig.add_gridspec(2, 1, height_ratios=[1.0, 1.1], hspace=0.45)
-    top, bottom = grid[0].subgridspec(1, k), grid[1].subgridspec(1, 4, wspace=0.3)
+    fig = plt.figure(figsize=(max(2.6 * k, 11.5), 7.4), layout="constrained")
+    top_fig, bottom_fig = fig.subfigures(2, 1, height_ratios=[1.0, 1.25])
     c_lo = min(min(r["pca"]["counts"]) for r in rows)
     c_hi = max(max(r["pca"]["counts"]) for r in rows)
-    for i, row in enumerate(rows):
-        ax = fig.add_subplot(top[0, i])
+    pca_axes = top_fig.subplots(1, k, squeeze=False)[0]
+    sc = None
+    for ax, row in zip(pca_axes, rows, strict=True):
         coords = np.asarray(row["pca"]["coords"], dtype=float)
-        ax.scatter(coords[:, 0], coords[:, 1], c=row["pca"]["counts"], cmap="viridis", vmin=c_lo, vmax=c_hi, s=8)
+        ev = row["pca"]["explained_variance_ratio"]
+        sc = ax.scatter(coords[:, 0], coords[:, 1], c=row["pca"]["counts"], cmap="viridis", vmin=c_lo, vmax=c_hi,
+                        s=8)
         ax.plot(coords[:, 0], coords[:, 1], color="0.7", lw=0.5, zorder=0)
         ax.set_title(row["label"], fontsize=8, color="tab:orange" if row["kind"] == "toy" else "tab:purple")
-        ax.set_xticks([])
-        ax.set_yticks([])
-    metrics = (("gap_ratio", "gap ratio (high/low)", False), ("erank_ratio", "eff.-rank ratio", False),
-               ("arc_angle", "arc angle (rad)", True), ("probe_norm", "probe norm for exact", True))
+        ax.set_xlabel(f"PC1 ({100 * ev[0]:.0f}%)", fontsize=7)
+        ax.set_ylabel(f"PC2 ({100 * ev[1]:.0f}%)", fontsize=7)
+        ax.tick_params(labelsize=6)
+    top_fig.colorbar(sc, ax=list(pca_axes), label="count $n$", shrink=0.9)
+    a0, a1 = result.arc_counts
+    lo, hi = result.low_window, result.high_window
+    alphas = [a for a in result.probe.get("rel_alphas", []) if a > 0]
+    tried = (rf"$\alpha_{{\rm rel}}$ = 0 and {min(alphas):.0e}…{max(alphas):.0e}" if alphas
+             else "the ridge path")
+    metrics = (("gap_ratio", "gap ratio (pooled)", rf"gap ratio: counts ${hi[0]}$–${hi[1]}$ / ${lo[0]}$–${lo[1]}$"),
+               ("erank_ratio", "eff.-rank ratio (pooled)", "effective-rank ratio, high / low window"),
+               ("arc_angle", "endpoint angle", rf"$\angle(c_{{{a0}}}, c_{{{a1}}})$ from the origin (rad)"),
+               ("probe_norm", "probe norm for exact counting",
+                r"native $\|w\|_2$ of the smallest ridge probe" "\n" r"exact on validation rows"))
     labels = [r["label"] for r in rows]
     colours = ["tab:orange" if r["kind"] == "toy" else "tab:purple" for r in rows]
     y = np.arange(k)
-    for j, (key, title, log) in enumerate(metrics):
-        ax = fig.add_subplot(bottom[0, j])
+    metric_axes = bottom_fig.subplots(1, len(metrics))
+    for ax, (key, title, xlabel) in zip(metric_axes, metrics, strict=True):
         vals = np.array([np.nan if r[key] is None else float(r[key]) for r in rows])
-        shown = np.where(np.isfinite(vals), vals, 0.0)
-        if log:
-            shown = np.where(shown > 0, shown, np.nan)
-        ax.barh(y, np.nan_to_num(shown, nan=0.0), color=colours)
+        finite = np.isfinite(vals)
+        ax.barh(y[finite], vals[finite], color=[c for c, f in zip(colours, finite, strict=True) if f], height=0.6)
+        ax.scatter(vals[finite], y[finite], marker="|", s=120, color="black", zorder=3)  # a zero stays visible
+        for yi, v in zip(y[finite], vals[finite], strict=True):
+            ax.annotate("0" if v == 0 else f"{v:.3g}", (v, yi), xytext=(4, 0), textcoords="offset points",
+                        va="center", fontsize=6)
+        ax.axvline(0.0, color="0.3", lw=0.8)
         if key == "probe_norm":  # the toy's own (checked) read-out norm, for reference
             own = np.array([np.nan if r.get("readout_norm") is None else float(r["readout_norm"]) for r in rows])
             if np.any(np.isfinite(own)):
                 ax.plot(own, y, "kx", ms=6, label="toy's own read-out")
-                ax.legend(fontsize=6, frameon=False, loc="lower right")
-        for yi, v in zip(y, vals, strict=True):
-            if not np.isfinite(v):
-                ax.text(0.01, yi, "not reached" if key == "probe_norm" else "n/a", va="center", fontsize=7,
-                        transform=ax.get_yaxis_transform(), color="0.35")
-        finite_any = np.any(np.isfinite(shown)) or (key == "probe_norm" and any(
-            r.get("readout_norm") for r in rows))
-        if log and finite_any:
-            ax.set_xscale("log")
-            ax.xaxis.set_minor_formatter(NullFormatter())
-        elif not finite_any:
-            ax.set_xlim(0, 1)
-            ax.set_xticks([])
+                ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.32), frameon=False)
+        for yi, row, ok in zip(y, rows, finite, strict=True):
+            if ok:
+                continue
+            text = "n/a"
+            if key == "probe_norm":
+                text = f"not reached: {tried}\nbest test acc {float(row['probe_best_acc']):.3g}"
+            ax.text(0.02, yi, text, va="center", fontsize=6, transform=ax.get_yaxis_transform(), color="0.3")
         if key in ("gap_ratio", "erank_ratio"):
             ax.axvline(1.0, color="0.4", ls="--", lw=1)
-        ax.set_yticks(y)
-        ax.set_yticklabels(labels if j == 0 else [], fontsize=7)
-        ax.invert_yaxis()
+        shown = np.concatenate([vals[finite], [0.0]])
+        if key == "probe_norm":
+            shown = np.concatenate([shown, [float(r["readout_norm"]) for r in rows if r.get("readout_norm")]])
+        ax.set_xlim(0.0, float(np.max(shown)) * 1.2 or 1.0)
+        ax.set_ylim(k - 0.5, -0.5)  # first row on top
+        ax.set_yticks(y, labels if ax is metric_axes[0] else [], fontsize=7)
         ax.set_title(title, fontsize=9)
+        ax.set_xlabel(xlabel, fontsize=7)
         ax.tick_params(axis="x", labelsize=7)
+    bottom_fig.text(0.5, 0.0, "centroids pooled over seeds; a toy's centroid for count $n$ is the mean of "
+                              "$h(n, m)$ over every $m$ with $n + m \\leq L$ (not the letter-free slice of "
+                              "Figure 1)", ha="center", va="bottom", fontsize=7, color="0.3")
     fig.suptitle("Toy (orange) vs LLM (purple): count geometry and probe cost", fontsize=10)
     return fig
 
 
-__all__ = ["plot_figure5", "plot_figure6", "plot_pca_panels", "plot_compare"]
+def draw_geometry(result, folder: str | os.PathLike) -> list[Path]:
+    """``figure5.png/.pdf`` and ``figure6.png/.pdf`` of a :class:`GeometryResult` in ``folder``."""
+    folder = Path(folder)
+    return [*save_figure(plot_figure5(result), folder / "figure5"), *save_figure(plot_figure6(result), folder / "figure6")]
+
+
+def draw_compare(result, folder: str | os.PathLike) -> list[Path]:
+    """``compare.png/.pdf`` of a :class:`CompareResult` in ``folder``."""
+    return save_figure(plot_compare(result), Path(folder) / "compare")
+
+
+__all__ = ["plot_figure5", "plot_figure6", "plot_pca_panels", "plot_compare", "draw_geometry", "draw_compare"]

@@ -1,4 +1,5 @@
-"""Count geometry of a representation: centroids, adjacent gaps, effective rank, PCA, arc angle (SPEC §2).
+"""Count geometry of a representation: centroids, adjacent gaps, effective rank, PCA, endpoint angle
+(docs/definitions.md §2, "Geometry").
 
 Every function here is a pure function of arrays (no I/O). A "centroid set" is ``counts`` (k,) — the
 sorted counts present — and centroids ``C`` (k, d): row ``j`` is the mean boundary vector over the
@@ -53,15 +54,26 @@ def window_rows(counts: np.ndarray, window: tuple[int, int], what: str = "window
     return np.array([lookup[c] for c in range(lo, hi + 1)])
 
 
+def grouped_sums(values: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Float64 sums of ``values`` (rows, ...) per distinct key: ``keys`` (rows,) or (rows, k) integer.
+
+    Returns the sorted distinct keys (g,) or (g, k), the sums (g, ...) and the group sizes (g,). One sorted
+    pass (``np.add.reduceat``), far faster than ``np.add.at``; this is the one centroid routine.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    keys = np.asarray(keys)
+    uniq, inverse = np.unique(keys, axis=0 if keys.ndim > 1 else None, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    sizes = np.bincount(inverse, minlength=len(uniq))
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    sums = np.add.reduceat(values[np.argsort(inverse, kind="stable")], starts, axis=0)
+    return uniq, sums, sizes
+
+
 def count_centroids(acts: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Mean of ``acts`` (rows, ...) per count ``n`` (rows,): returns ``counts`` (k,) and centroids (k, ...)."""
-    acts = np.asarray(acts, dtype=np.float64)
-    counts, inverse = np.unique(np.asarray(n), return_inverse=True)
-    inverse = inverse.reshape(-1)
-    sizes = np.bincount(inverse, minlength=len(counts)).astype(np.float64)
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-    sums = np.add.reduceat(acts[np.argsort(inverse, kind="stable")], starts, axis=0)
-    return counts, sums / sizes.reshape((-1,) + (1,) * (acts.ndim - 1))
+    counts, sums, sizes = grouped_sums(acts, n)
+    return counts, sums / sizes.reshape((-1,) + (1,) * (sums.ndim - 1))
 
 
 def adjacent_gaps(C: np.ndarray) -> np.ndarray:
@@ -77,7 +89,9 @@ def mean_gap(counts: np.ndarray, C: np.ndarray, window: tuple[int, int]) -> floa
 
 
 def gap_ratio(counts: np.ndarray, C: np.ndarray, low=LOW_WINDOW, high=HIGH_WINDOW) -> float:
-    """Figure 5's blue line: mean gap in ``high`` over mean gap in ``low`` (nan when the low gap is 0)."""
+    """Mean adjacent-centroid gap in ``high`` over that in ``low`` (nan when the low gap is 0), for one
+    centroid set ``C`` (k, d). Figure 5 draws its mean over per-seed centroid sets; the comparison takes it
+    of the centroids pooled over seeds (:mod:`countlens.analysis.layerwise`)."""
     lo_gap, hi_gap = mean_gap(counts, C, low), mean_gap(counts, C, high)
     return hi_gap / lo_gap if lo_gap > 0 else float("nan")
 
@@ -139,12 +153,15 @@ def pca_2d(C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return coords, explained
 
 
-def arc_angle(counts: np.ndarray, C: np.ndarray, span=ARC_COUNTS) -> float:
-    """Angle in radians, seen from the origin, between the centroids of the first and last count of ``span``.
+def endpoint_angle(counts: np.ndarray, C: np.ndarray, span=ARC_COUNTS) -> float:
+    """The *endpoint angle*: radians, seen from the origin, between the centroids of the first and last
+    count of ``span`` (the comparison's ``arc_angle`` column); nan when either centroid is zero.
 
     The origin is the natural vantage point: the next operation on a boundary vector (a LayerNorm or
     RMSNorm, or the toy's post-LN) reads its direction, so this is how far apart that operation sees the
-    smallest and largest counts (Figure 2b: 2e-4 rad for the regression head, 1.7 rad for the classifier).
+    smallest and largest counts. It is *not* Figure 2b's arc angle (:func:`countlens.toy.classification.arc_angle`:
+    the largest pairwise angle among the letter-free ``o(n, 0)``, each minus its mean over dimensions as
+    LayerNorm centres it): the two measure different things and can differ by orders of magnitude.
     """
     lo, hi = int(span[0]), int(span[1])
     rows = window_rows(counts, (lo, hi), "arc span")
@@ -159,6 +176,6 @@ def arc_angle(counts: np.ndarray, C: np.ndarray, span=ARC_COUNTS) -> float:
 
 __all__ = [
     "LOW_WINDOW", "HIGH_WINDOW", "PCA_COUNTS", "ARC_COUNTS", "describe_counts", "window_rows",
-    "count_centroids", "adjacent_gaps", "mean_gap", "gap_ratio", "effective_rank", "erank_ratio", "pca_2d",
-    "arc_angle",
+    "grouped_sums", "count_centroids", "adjacent_gaps", "mean_gap", "gap_ratio", "effective_rank", "erank_ratio",
+    "pca_2d", "endpoint_angle",
 ]

@@ -1,15 +1,20 @@
-"""Layerwise geometry of a capture: Figure 5's ratios and Figure 6's PCA, as one result per data set.
+"""Layerwise geometry of a data set: count centroids per seed and location, Figure 5's ratios and
+Figure 6's PCA (docs/definitions.md §2, "Geometry"). Pure functions of arrays, except that
+:func:`centroids_from_capture` streams a capture through :func:`countlens.store.iter_batches`.
 
 Centroids follow the paper: per seed, the mean boundary vector over every prompt with count ``n`` (all
-token pairs and prompt configurations pooled — with the balanced design of ``countlens llm capture``,
-equal prompts per pair, configuration, seed and count, this equals averaging the per-pair means first);
-the ratios are computed per seed, and Figure 5 draws their mean with the seed range shaded. Figure 6 and
-the pooled ratios use centroids averaged over all seeds as well.
+token pairs, prompt configurations and distractor counts pooled — with the balanced design of
+``countlens llm capture``, equal prompts per pair, configuration, seed and count, this equals averaging
+the per-pair means first). Two gap (and effective-rank) ratios follow, each named where it is shown:
+
+- ``gap_ratio`` — **seed mean**: the ratio of each seed's centroids, averaged over seeds (range =
+  min–max over seeds). Figure 5 draws this one.
+- ``gap_ratio_pooled`` — **pooled**: the ratio of the centroids averaged over seeds first. The toy-vs-LLM
+  comparison reports this one (a toy has one seed, where the two agree). Figure 6 draws pooled centroids.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,11 +27,14 @@ from countlens.analysis.geometry import (
     describe_counts,
     erank_ratio,
     gap_ratio,
+    grouped_sums,
     mean_gap,
     pca_2d,
     window_rows,
 )
 from countlens.errors import UsageError
+from countlens.locations import default_pca_locations
+from countlens.store import iter_batches
 
 
 @dataclass
@@ -62,12 +70,11 @@ def centroids_from_arrays(acts: np.ndarray, n: np.ndarray, seed: np.ndarray, loc
 
 
 def centroids_from_capture(ds, locations: list[str], batch_size: int = 128) -> CentroidSet:
-    """Centroids of a loaded capture (``countlens.llm.load_capture``), streamed in batches so memory stays
-    O(seeds × counts × locations × d) whatever the number of prompts."""
+    """Centroids of a loaded capture (:func:`countlens.store.load_capture`), streamed in batches in the
+    stored dtype (summed in float64), so memory stays O(seeds × counts × locations × d) whatever the
+    number of prompts."""
     acc = _Accumulator()
-    view = ds.with_format("numpy", columns=["acts", "n", "seed"])
-    for start in range(0, len(view), batch_size):
-        batch = view[start:start + batch_size]
+    for batch in iter_batches(ds, ("acts", "n", "seed"), batch_size=batch_size):
         acc.add(batch["acts"], batch["n"], batch["seed"])
     return acc.result(locations)
 
@@ -84,13 +91,7 @@ class _Accumulator:
         if not np.all(np.isfinite(acts)):
             raise UsageError("the activations hold NaN or inf; recapture with --dtype float32")
         keys = np.stack([np.asarray(seed, dtype=np.int64), np.asarray(n, dtype=np.int64)], axis=1)
-        uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-        inverse = inverse.reshape(-1)
-        # Sum each group's rows with one sorted pass (np.add.reduceat), far faster than np.add.at.
-        order = np.argsort(inverse, kind="stable")
-        sizes = np.bincount(inverse, minlength=len(uniq))
-        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-        sums = np.add.reduceat(acts[order], starts, axis=0)
+        uniq, sums, sizes = grouped_sums(acts, keys)
         for j, (s, c) in enumerate(uniq):
             key = (int(s), int(c))
             if key in self.sums:
@@ -122,56 +123,21 @@ class _Accumulator:
         return CentroidSet(list(locations), counts, seeds, per_seed, pooled, sizes)
 
 
-def default_pca_locations(n_locations: int) -> list[int]:
-    """Figure 6's four locations: embeddings, after block 1, the middle block, the last block."""
-    picks = [0, 1, n_locations // 2, n_locations - 1]
-    out: list[int] = []
-    for p in picks:
-        p = min(max(p, 0), n_locations - 1)
-        if p not in out:
-            out.append(p)
-    return out
-
-
-@dataclass
-class GeometryResult:
-    """Per-location gap and effective-rank ratios (mean, per seed, pooled) and PCA of the centroids."""
-
-    locations: list[str]
-    counts: list[int]
-    seeds: list[int]
-    low_window: list[int]
-    high_window: list[int]
-    pca_counts: list[int]
-    per_location: list[dict[str, Any]]
-    pca: list[dict[str, Any]]
-    source: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> GeometryResult:
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
-
-
 def compute_geometry(cs: CentroidSet, low=LOW_WINDOW, high=HIGH_WINDOW, pca_counts=PCA_COUNTS,
-                     pca_locations: list[int] | None = None) -> GeometryResult:
-    """Figure 5's ratios at every location (per seed, mean, range, pooled) and Figure 6's PCA."""
-    with single_threaded_blas():
+                     pca_locations: list[int] | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Figure 5's ratios at every location (per seed, seed mean and range, pooled) and Figure 6's PCA of
+    the pooled centroids at ``pca_locations`` (default: :func:`countlens.locations.default_pca_locations`).
+
+    Returns ``per_location`` (one dict per location) and ``pca`` (one dict per PCA location: counts,
+    coords (k, 2), explained-variance ratio (2,)).
+    """
+    from countlens.probes.ridge import blas_threads
+
+    with blas_threads(1):  # every matrix is at most (counts x d): threads only add overhead (BENCHMARKS.md)
         return _compute_geometry(cs, low, high, pca_counts, pca_locations)
 
 
-def single_threaded_blas():
-    """Every matrix here is at most (counts x d); multithreaded BLAS only adds overhead on such sizes, and
-    on a busy machine its spinning threads made a 100 x 100 eigh 70x slower (BENCHMARKS.md)."""
-    from threadpoolctl import threadpool_limits
-
-    return threadpool_limits(limits=1, user_api="blas")
-
-
-def _compute_geometry(cs: CentroidSet, low, high, pca_counts, pca_locations) -> GeometryResult:
+def _compute_geometry(cs: CentroidSet, low, high, pca_counts, pca_locations):
     low, high, pca_counts = tuple(map(int, low)), tuple(map(int, high)), tuple(map(int, pca_counts))
     for s in range(len(cs.seeds)):  # check every seed has the windows before computing anything
         seed_counts = cs.seed_counts(s)
@@ -210,37 +176,7 @@ def _compute_geometry(cs: CentroidSet, low, high, pca_counts, pca_locations) -> 
         coords, explained = pca_2d(cs.pooled[pca_rows, li])
         pca.append({"index": li, "name": cs.locations[li], "counts": cs.counts[pca_rows].tolist(),
                     "coords": coords.tolist(), "explained_variance_ratio": explained.tolist()})
-    return GeometryResult(
-        locations=list(cs.locations), counts=cs.counts.tolist(), seeds=cs.seeds.tolist(),
-        low_window=list(low), high_window=list(high), pca_counts=list(pca_counts),
-        per_location=per_location, pca=pca, source=dict(cs.meta))
+    return per_location, pca
 
 
-def resolve_location(spec: str | int, locations: list[str]) -> int:
-    """A location given by index (``"3"``, ``-1``) or by name (``"blocks.0.hook_resid_post"``)."""
-    text = str(spec).strip()
-    if text in locations:
-        return locations.index(text)
-    try:
-        index = int(text)
-    except ValueError:
-        raise UsageError(f"location {text!r} does not exist; use an index 0..{len(locations) - 1} or one of "
-                         f"{', '.join(locations[:4])}{', ...' if len(locations) > 4 else ''}") from None
-    if not -len(locations) <= index < len(locations):
-        raise UsageError(f"location {index} does not exist; the data set has locations 0..{len(locations) - 1}")
-    return index % len(locations)
-
-
-def location_matrix(ds, location: int, batch_size: int = 512) -> tuple[np.ndarray, np.ndarray]:
-    """Row-level representations at one location, streamed: ``X`` (rows, d) float64 and counts (rows,)."""
-    view = ds.with_format("numpy", columns=["acts", "n"])
-    xs, ns = [], []
-    for start in range(0, len(view), batch_size):
-        batch = view[start:start + batch_size]
-        xs.append(np.asarray(batch["acts"][:, location, :], dtype=np.float64))
-        ns.append(np.asarray(batch["n"]))
-    return np.concatenate(xs), np.concatenate(ns)
-
-
-__all__ = ["CentroidSet", "centroids_from_arrays", "centroids_from_capture", "default_pca_locations",
-           "GeometryResult", "compute_geometry", "resolve_location", "location_matrix"]
+__all__ = ["CentroidSet", "centroids_from_arrays", "centroids_from_capture", "compute_geometry"]

@@ -11,7 +11,7 @@ Same prompts, same length-sorted right-padded batches, one process, methods inte
             attention, so ``capture-eager`` (our hooks on that copy) is its like-for-like comparison
 Peak memory is the rise of the process's peak RSS (``VmHWM``, reset through ``/proc/self/clear_refs``) over
 the RSS before the method ran, with a fixed malloc mmap threshold so freed buffers go back to the OS.
-Also reported: the end-to-end ``countlens.llm.capture`` (prompts -> Arrow folder) throughput.
+Also reported: the end-to-end ``countlens.llm.run_capture`` (prompts -> Arrow folder) throughput.
 
     python bench/bench_capture.py                    # 48 prompts, L=64, 5 rounds
     python bench/bench_capture.py --prompts 96 --rounds 5 --json bench/out/capture.json
@@ -80,7 +80,8 @@ def main() -> None:
 
     from transformers.utils import logging as hf_logging
 
-    from countlens.llm.capture import BoundaryCapture, batches, capture, length_sorted, pad_batch
+    from countlens.llm.capture import BoundaryCapture, batches, length_sorted, pad_batch
+    from countlens.llm.experiments import CaptureConfig, run_capture
     from countlens.llm.models import load_model
     from countlens.llm.prompts import PromptSettings, build_prompts
 
@@ -167,8 +168,8 @@ def main() -> None:
     # end to end: prompts -> Arrow folder (model already loaded)
     tmp = tempfile.mkdtemp(prefix="countlens-bench-")
     try:
-        s, _ = measure(lambda: capture(loaded, os.path.join(tmp, "cap"), L=args.L, counts=counts,
-                                       configs=["count"], seeds=[0], batch_size=args.batch_size, progress=False))
+        config = CaptureConfig(L=args.L, counts=counts, configs=["count"], seeds=[0], batch_size=args.batch_size)
+        s, _ = measure(lambda: run_capture(config, os.path.join(tmp, "cap"), loaded=loaded, progress=False))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -185,7 +186,7 @@ def main() -> None:
     for k in early:
         print(f"early stop after block {k - 1} (locations 0..{k}): {med['capture'] / med[f'early-{k}']:.2f}x "
               f"faster than all {n_blocks} blocks")
-    print(f"end-to-end countlens.llm.capture (incl. Arrow writes): {len(prompts) / s:.2f} prompts/s, "
+    print(f"end-to-end countlens.llm.run_capture (incl. Arrow writes): {len(prompts) / s:.2f} prompts/s, "
           f"{n_tokens / s:.0f} tokens/s")
     print(f"max |capture - output_hidden_states| = {max_err:.2e}; max relative |tl - capture| = {tl_err:.2e}")
     if args.json:

@@ -57,7 +57,8 @@ def baseline(ds) -> list[float]:
 
 def ours(ds) -> list[float]:
     cs = centroids_from_capture(ds, [f"l{i}" for i in range(31)])
-    return [r["gap_ratio"] for r in compute_geometry(cs).per_location]
+    per_location, _ = compute_geometry(cs)
+    return [r["gap_ratio"] for r in per_location]
 
 
 def measure(fn, ds) -> tuple[float, float, list[float]]:

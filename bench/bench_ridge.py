@@ -25,7 +25,7 @@ import time
 import numpy as np
 from sklearn.linear_model import Ridge, RidgeCV
 
-from countlens.probes.experiments import load_probe_data, parse_alphas
+from countlens.probes.experiments import load_probe_data
 from countlens.probes.ridge import ridge_path
 
 
@@ -52,7 +52,7 @@ def main() -> None:
                         help="rows (synthetic, default 2000; with --acts: the first ROWS rows)")
     parser.add_argument("--dim", type=int, default=576)
     parser.add_argument("--locations", type=int, default=31)
-    parser.add_argument("--alphas", default="1e-6:1e4:41")
+    parser.add_argument("--alphas", default="1e-6:1e4:41", help="lo:hi:count log grid")
     parser.add_argument("--acts", default=None, help="a capture folder instead of synthetic data")
     parser.add_argument("--json", default=None, help="write the measurements here")
     parser.add_argument("--threads", type=int, default=None, help="BLAS threads for all three (default: as set)")
@@ -61,7 +61,8 @@ def main() -> None:
         from threadpoolctl import threadpool_limits
 
         threadpool_limits(args.threads)
-    alphas = parse_alphas(args.alphas)
+    lo, hi, count = args.alphas.split(":")
+    alphas = np.logspace(np.log10(float(lo)), np.log10(float(hi)), int(count))
     if args.acts:
         data = load_probe_data(args.acts)
         n_loc = min(args.locations, len(data.locations))

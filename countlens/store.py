@@ -15,6 +15,9 @@ with one row per prompt (or per toy count pair) and columns
     prompt          the rendered text fed to the tokenizer ("" for the toy)
     boundary_index  token index of the boundary in the prompt (0 for the toy)
     n_tokens        prompt length in tokens (1 + n + m for the toy)
+    first_item_index, last_item_index
+                    token indices of the first and last item in the prompt (-1 without items, and for
+                    the toy and captures made before these columns existed)
 
 Each shard is written to a temporary folder and renamed into place, so a shard either exists whole or not
 at all; an interrupted run resumes from the shards present. :func:`load_capture` returns the whole capture
@@ -39,13 +42,22 @@ from countlens.io import read_json, write_json_atomic
 
 META = "meta.json"
 SHARDS = "shards"
-COLUMNS = ("acts", "n", "m", "pair", "config", "seed", "prompt", "boundary_index", "n_tokens")
+COLUMNS = ("acts", "n", "m", "pair", "config", "seed", "prompt", "boundary_index", "n_tokens",
+           "first_item_index", "last_item_index")
+# Columns a writer may leave out, and the value they then get.
+OPTIONAL_COLUMNS = {"first_item_index": -1, "last_item_index": -1}
+# The model's own answer, written only by a capture with answers (all three or none; ``answer`` is null
+# where the text does not parse).
+ANSWER_COLUMNS = ("answer_text", "answer", "answer_logprob")
 
 
-def features(n_locations: int, d: int, dtype: str = "float32"):
-    """The ``datasets.Features`` of a capture with ``n_locations`` locations of width ``d``."""
+def features(n_locations: int, d: int, dtype: str = "float32", answers: bool = False):
+    """The ``datasets.Features`` of a capture with ``n_locations`` locations of width ``d`` (with
+    ``answers``, also the :data:`ANSWER_COLUMNS`)."""
     import datasets
 
+    extra = {"answer_text": datasets.Value("string"), "answer": datasets.Value("int32"),
+             "answer_logprob": datasets.Value("float64")} if answers else {}
     return datasets.Features({
         "acts": datasets.Array2D(shape=(n_locations, d), dtype=dtype),
         "n": datasets.Value("int32"),
@@ -56,6 +68,9 @@ def features(n_locations: int, d: int, dtype: str = "float32"):
         "prompt": datasets.Value("string"),
         "boundary_index": datasets.Value("int32"),
         "n_tokens": datasets.Value("int32"),
+        "first_item_index": datasets.Value("int32"),
+        "last_item_index": datasets.Value("int32"),
+        **extra,
     })
 
 
@@ -74,15 +89,10 @@ class ActivationWriter:
         for key in ("locations", "d"):
             if key not in self.meta:
                 raise ValueError(f"capture meta needs {key!r}")
-        existing = self.dir / META
-        if existing.exists():
-            old = read_json(existing, "capture metadata")
-            refuse_other_settings(self.dir, "an activation folder", old.get("settings"), self.meta.get("settings"))
-        elif self.dir.exists() and any(self.dir.iterdir()):
-            raise UsageError(f"{self.dir} exists and is not a countlens capture; choose an empty --out folder")
+        fresh = existing_capture(self.dir, self.meta.get("settings")) is None
         (self.dir / SHARDS).mkdir(parents=True, exist_ok=True)
-        if not existing.exists():
-            write_json_atomic(existing, {**self.meta, "complete": False})
+        if fresh:
+            write_json_atomic(self.dir / META, {**self.meta, "complete": False})
 
     def finished_shards(self) -> set[int]:
         """Indices of the shards already on disk and readable (a corrupted one is removed, to be redone)."""
@@ -110,9 +120,12 @@ class ActivationWriter:
                              f"{self.meta['d']})")
         if not np.all(np.isfinite(acts)):
             raise UsageError("captured activations hold NaN or inf; try --dtype float32")
-        data = {k: rows[k] for k in COLUMNS if k != "acts"}
+        answers = all(k in rows for k in ANSWER_COLUMNS)
+        data = {k: rows[k] if k in rows or k not in OPTIONAL_COLUMNS else [OPTIONAL_COLUMNS[k]] * len(acts)
+                for k in COLUMNS + (ANSWER_COLUMNS if answers else ()) if k != "acts"}
         data["acts"] = acts
-        ds = datasets.Dataset.from_dict(data, features=features(acts.shape[1], acts.shape[2], self.meta["dtype"]))
+        ds = datasets.Dataset.from_dict(data, features=features(acts.shape[1], acts.shape[2], self.meta["dtype"],
+                                                                answers))
         final = self.dir / SHARDS / f"{index:05d}"
         tmp = Path(tempfile.mkdtemp(prefix=f".{index:05d}.", dir=self.dir / SHARDS))
         bars_were_on = not datasets.are_progress_bars_disabled()
@@ -132,6 +145,20 @@ class ActivationWriter:
     def finish(self, extra: dict[str, Any] | None = None) -> Path:
         """Mark the capture complete (``meta.json`` gets ``complete: true`` and any ``extra`` keys)."""
         return write_json_atomic(self.dir / META, {**self.meta, **(extra or {}), "complete": True})
+
+
+def existing_capture(out_dir: str | os.PathLike, settings: Any) -> dict[str, Any] | None:
+    """The ``meta.json`` of the capture in ``out_dir`` made with ``settings`` (it resumes), or ``None`` for
+    a missing or empty folder; :class:`UsageError` for a capture made with other settings or a folder that
+    holds something else. Reads only ``meta.json``, so it can run before any slow work."""
+    out_dir = Path(out_dir)
+    if (out_dir / META).exists():
+        old = read_json(out_dir / META, "capture metadata")
+        refuse_other_settings(out_dir, "a capture", old.get("settings"), settings)
+        return old
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise UsageError(f"{out_dir} exists and is not a countlens capture; choose an empty --out folder")
+    return None
 
 
 def read_meta(path: str | os.PathLike) -> dict[str, Any]:
@@ -205,5 +232,6 @@ def column(ds, name: str) -> np.ndarray:
     return np.asarray(ds.with_format("numpy", columns=[name])[name])
 
 
-__all__ = ["META", "SHARDS", "COLUMNS", "features", "ActivationWriter", "read_meta", "load_capture",
+__all__ = ["META", "SHARDS", "COLUMNS", "OPTIONAL_COLUMNS", "ANSWER_COLUMNS", "features", "ActivationWriter", "existing_capture",
+           "read_meta", "load_capture",
            "capture_meta", "iter_batches", "acts_array", "column"]

@@ -1,6 +1,20 @@
-"""Capture a chat model's residual stream at the assistant boundary (SPEC §2).
+"""Capture a chat model's residual stream at the assistant boundary (docs/definitions.md §2).
 
-Only the data-set format is imported eagerly; model loading and capture import torch/transformers on use.
+``CaptureConfig`` -> ``run_capture(config, out)`` -> ``CaptureResult`` (an activation folder);
+``preflight_capture(config)`` refuses a capture that cannot work before any weights load. Nothing here
+imports torch or transformers until it is used.
 """
 
+from countlens.llm.capture import BoundaryCapture, find_blocks  # noqa: F401
+from countlens.llm.experiments import (  # noqa: F401
+    CaptureConfig,
+    CapturePlan,
+    CaptureResult,
+    find_pairs,
+    plan_capture,
+    preflight_capture,
+    run_capture,
+)
+from countlens.llm.models import load_model, resolve_model  # noqa: F401
+from countlens.llm.prompts import Prompt, PromptSettings, build_prompts  # noqa: F401
 from countlens.store import ActivationWriter, acts_array, capture_meta, load_capture, read_meta  # noqa: F401

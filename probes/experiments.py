@@ -1,23 +1,25 @@
-"""Probe experiments on an activation data set: validation-selected probes per location, and the
-regularisation–norm sweep of Figure 8.
+"""Probe experiments on an activation data set, one config, run function and result per figure:
+:class:`ProbeConfig` → :func:`run_probes` → :class:`ProbeResult` (validation-selected probes per location,
+Figure 7) and :class:`SweepConfig` → :func:`run_sweep` → :class:`SweepResult` (the regularisation–norm
+sweep, Figure 8). The protocol is docs/definitions.md §2, "Probes".
 
 Which rows a probe sees: **every row of the capture** — all counts present, all distractor counts, token
-pairs, prompt configurations and prompt seeds — split IID *by row* into train / validation / test with a
-permutation drawn from the probe seed (default fractions 0.6 / 0.2 / 0.2). Rows with the same ``(n, m,
-seed)`` but another pair or configuration are distinct prompts, so they are split independently. The probe
-seeds (``--seeds``) are split seeds; "mean and range over seeds" in Figures 7 and 8 is over these splits.
-For the toy every admissible ``(n, m)`` is one row.
+pairs, prompt configurations and prompt seeds — split IID *by row* into train / validation / test by
+:func:`countlens.probes.split_rows` (default fractions 0.6 / 0.2 / 0.2). Rows with the same ``(n, m, seed)``
+but another pair or configuration are distinct prompts, so they are split independently. The probe seeds
+are split seeds; "mean and range over seeds" in Figures 7 and 8 is over these splits. For the toy every
+admissible ``(n, m)`` is one row.
 
-Per location and seed the whole α grid is fitted on the training rows from one decomposition (standardised
-inputs by default), α is chosen on the validation rows (:func:`countlens.probes.ridge.select_alpha`), and the
-chosen probe is scored on the test rows.
+Per location and seed :class:`countlens.probes.RidgePathProbe` fits the whole α grid on the training rows
+from one decomposition (standardised inputs by default) and selects α on the validation rows; the selected
+probe is scored on the test rows. The sweep fits the same path and scores *every* α on the test rows (no
+selection: it draws the trade-off, it does not pick a probe).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -26,41 +28,44 @@ from typing import Any
 
 import numpy as np
 
-from countlens.store import capture_meta, load_capture
-from countlens.probes.metrics import binned_accuracy, count_bins, mae, native_norm, r2, rounded_accuracy
-from countlens.probes.ridge import native_ridge_path, ridge_path, select_alpha, standardisation
+from countlens.cache import ResultCache
 from countlens.errors import UsageError
-from countlens.io import provenance, read_json, write_json_atomic
+from countlens.io import provenance, write_csv_atomic, write_json_atomic
+from countlens.locations import first_block_location, location_label, resolve_location, resolve_locations
+from countlens.probes.metrics import (
+    binned_accuracy,
+    control_labels,
+    count_bins,
+    mae,
+    native_norm,
+    r2,
+    rounded_accuracy,
+)
+from countlens.probes.ridge import (
+    DEFAULT_ALPHA_GRID,
+    DEFAULT_ALPHAS,
+    RidgePathProbe,
+    blas_threads,
+    log_grid,
+    native_ridge_path,
+    ridge_path,
+    standardisation,
+)
+from countlens.probes.splits import DEFAULT_FRACTIONS, split_rows
+from countlens.store import acts_array, capture_meta, column, load_capture
 
-DEFAULT_ALPHAS = "1e-6:1e4:41"
-DEFAULT_SWEEP_ALPHAS = "1e-6:1e6:49"
-DEFAULT_FRACTIONS = (0.6, 0.2, 0.2)
+# The sweep reaches further into strong penalties than the selection grid (DEFAULT_ALPHA_GRID, 1e-6..1e4):
+# Figure 8 draws the whole trade-off, down to probes shrunk almost to zero norm, while selection never
+# picks such probes.
+DEFAULT_SWEEP_ALPHA_GRID = (1e-6, 1e6, 49)
+DEFAULT_SWEEP_ALPHAS = log_grid(*DEFAULT_SWEEP_ALPHA_GRID)
+DEFAULT_SEEDS = (0, 1, 2)
+# One BLAS thread per location's decompositions: as fast as the default threads on an idle 2-core machine
+# and many times faster when other processes use the cores (bench/bench_probe_threads.py, BENCHMARKS.md).
+DEFAULT_BLAS_THREADS = 1
 
 
 # ----------------------------------------------------------------------------------------------- inputs
-
-def parse_alphas(text: str) -> np.ndarray:
-    """``"1e-6:1e4:41"`` (41 log-spaced values, ends included) or ``"0,0.1,1"``; :class:`UsageError` on a
-    negative, non-finite or malformed grid."""
-    text = str(text).strip()
-    try:
-        if ":" in text:
-            lo, hi, k = text.split(":")
-            lo, hi, k = float(lo), float(hi), int(k)
-            if lo <= 0 or hi <= 0 or k < 1:
-                raise UsageError(f"--alphas {text!r}: a log grid lo:hi:count needs lo, hi > 0 and count >= 1 "
-                                 "(add 0 with a comma list like 0,1e-3,1)")
-            alphas = np.logspace(np.log10(lo), np.log10(hi), k)
-        else:
-            alphas = np.array([float(v) for v in text.split(",") if v.strip()])
-    except ValueError:
-        raise UsageError(f"--alphas must be lo:hi:count (log grid) or a comma list, got {text!r}") from None
-    if alphas.size == 0:
-        raise UsageError("--alphas must not be empty")
-    if not np.all(np.isfinite(alphas)) or np.any(alphas < 0):
-        raise UsageError(f"--alphas must be finite and >= 0, got {text!r}")
-    return np.sort(alphas)
-
 
 @dataclass
 class ProbeData:
@@ -71,6 +76,7 @@ class ProbeData:
     locations: list[str]
     n: np.ndarray  # (rows,)
     acts: np.ndarray  # (rows, n_locations, d)
+    answer: np.ndarray | None = None  # (rows,) the model's parsed answer (NaN: unparsed), if captured
 
     def X(self, index: int) -> np.ndarray:
         """The activations at one location as float64: (rows, d)."""
@@ -78,17 +84,15 @@ class ProbeData:
 
 
 def load_probe_data(acts_dir: str | os.PathLike) -> ProbeData:
-    """Load a capture (LLM or toy) for probing; :class:`UsageError` when it has no count column or holds
-    NaN/inf activations."""
+    """Load a capture (LLM or toy) for probing, in its stored dtype; :class:`UsageError` when it has no
+    count column or holds NaN/inf activations."""
     ds = load_capture(acts_dir)
     meta = capture_meta(ds)
     if "n" not in ds.column_names or "acts" not in ds.column_names:
         raise UsageError(f"{acts_dir} has no 'n' (count) or 'acts' column; probes need a capture made by "
                          "`countlens llm capture` or `countlens probe toy-acts`")
-    # datasets' numpy formatter casts floats to float32 unless told the dtype; toy captures are float64.
-    dtype = np.dtype(meta.get("dtype") or "float32")
-    acts = np.asarray(ds.with_format("numpy", dtype=dtype)["acts"])  # (rows, n_locations, d)
-    n = np.asarray(ds["n"], dtype=np.float64)
+    acts = acts_array(ds, dtype=np.dtype(meta.get("dtype") or "float32"))  # (rows, n_locations, d)
+    n = column(ds, "n").astype(np.float64)
     if acts.ndim != 3 or len(acts) != len(n):
         raise UsageError(f"{acts_dir}: acts has shape {acts.shape}; expected (rows, locations, d)")
     bad = ~np.isfinite(acts).all(axis=(0, 2))
@@ -96,58 +100,87 @@ def load_probe_data(acts_dir: str | os.PathLike) -> ProbeData:
         raise UsageError(f"{acts_dir}: activations hold NaN or inf at location(s) "
                          f"{', '.join(str(i) for i in np.flatnonzero(bad))}; recapture with --dtype float32")
     locations = list(meta.get("locations") or [str(i) for i in range(acts.shape[1])])
-    return ProbeData(str(acts_dir), meta, locations, n, acts)
+    answer = None
+    if "answer" in ds.column_names:
+        answer = np.array([np.nan if a is None else a for a in ds["answer"]], dtype=np.float64)
+    return ProbeData(str(acts_dir), meta, locations, n, acts, answer)
 
 
-def resolve_locations(names: list[str], spec: str | None) -> list[int]:
-    """Location indices from ``"embed,blocks.0.hook_resid_post"``, ``"0,5,10"`` or ``"0:5"`` (all when
-    ``spec`` is None); :class:`UsageError` naming the available ones for an unknown location."""
-    if spec is None or str(spec).strip() in ("", "all"):
-        return list(range(len(names)))
-    out: list[int] = []
-    for item in (s.strip() for s in str(spec).split(",") if s.strip()):
-        parts = item.split(":")
-        if item in names:
-            found = [names.index(item)]
-        elif len(parts) in (1, 2) and all(p.strip().isdigit() for p in parts):
-            lo, hi = int(parts[0]), int(parts[-1])
-            found = list(range(lo, hi + 1)) if hi < len(names) and lo <= hi else []
-        else:
-            found = []
-        if not found:
-            shown = ", ".join(names[:4]) + (f", ... ({len(names)} in all)" if len(names) > 4 else "")
-            raise UsageError(f"location {item!r} does not exist in this capture; choose names or indices "
-                             f"0..{len(names) - 1} ({shown})")
-        out.extend(found)
-    return list(dict.fromkeys(out))
+def _check_common(config) -> None:
+    """Normalise and check the fields both configs share (errors name the config fields)."""
+    config.alphas = tuple(sorted(float(a) for a in np.atleast_1d(config.alphas)))
+    config.seeds = tuple(int(s) for s in config.seeds)
+    config.fractions = tuple(float(f) for f in config.fractions)
+    values = np.asarray(config.alphas, dtype=np.float64)
+    if values.size == 0:
+        raise UsageError("alphas must not be empty")
+    if not np.all(np.isfinite(values)) or np.any(values < 0):
+        raise UsageError(f"alphas must be finite and >= 0, got {values.tolist()}")
+    if not config.seeds:
+        raise UsageError("seeds must not be empty")
+    if config.blas_threads is not None and int(config.blas_threads) < 1:
+        raise UsageError(f"blas_threads must be >= 1 (or None for the process default), got {config.blas_threads}")
+    if len(config.fractions) != 3 or config.fractions[2] <= 0:
+        raise UsageError(f"fractions must be three train, validation, test fractions with test > 0, got "
+                         f"{config.fractions}")
+    split_rows(10**6, 0, config.fractions)  # the fractions themselves (sizes are checked against the data later)
 
 
-def first_block_location(names: list[str]) -> int:
-    """Figure 8's default location: the output of the first block (``blocks.0.hook_resid_post``), ``h``
-    for toy representations, else location 1 (location 0 being the embedding)."""
-    for name in ("blocks.0.hook_resid_post", "h"):
-        if name in names:
-            return names.index(name)
-    return min(1, len(names) - 1)
+@dataclass
+class ProbeConfig:
+    """``countlens probe``: validation-selected ridge probes per location (Figure 7).
 
-
-def split_rows(n_rows: int, seed: int, fractions=DEFAULT_FRACTIONS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """IID train / validation / test row indices from a permutation drawn with ``seed``.
-
-    Validation and test get ``round(fraction · rows)`` rows each, training the rest. :class:`UsageError`
-    when a split would have too few rows (training needs 2, validation and test 1 each).
+    ``locations``: a spec for :func:`countlens.locations.resolve_locations` (``None`` = all); ``alphas``:
+    absolute penalties on the (standardised) design; ``seeds``: split seeds; ``fractions``: train,
+    validation, test; ``classifier_C``: with a value or a grid, also the multinomial classification
+    read-out, its C chosen on validation; ``figure_locations``: the location specs Figure 7 draws
+    (``None`` = the best by validation), which must be among the probed ones. ``control``: also fit the
+    same probe family (same α grid and selection) on the Hewitt–Liang control task
+    (:func:`countlens.probes.metrics.control_labels`, seed ``control_seed``); selectivity = test rounded
+    accuracy on the counts − on the control labels.
     """
-    f_train, f_val, f_test = (float(f) for f in fractions)
-    if min(f_train, f_val, f_test) <= 0 or abs(f_train + f_val + f_test - 1) > 1e-9:
-        raise UsageError(f"--split fractions must be three positive numbers summing to 1, got {fractions}")
-    n_val, n_test = int(round(f_val * n_rows)), int(round(f_test * n_rows))
-    n_train = n_rows - n_val - n_test
-    if n_train < 2 or n_val < 1 or n_test < 1:
-        need = int(np.ceil(max(2 / f_train, 1 / f_val, 1 / f_test)))
-        raise UsageError(f"the capture has {n_rows} rows; a {f_train:g}/{f_val:g}/{f_test:g} train/validation/"
-                         f"test split needs at least {need}; capture more prompts")
-    order = np.random.default_rng(seed).permutation(n_rows)
-    return np.sort(order[n_val + n_test:]), np.sort(order[:n_val]), np.sort(order[n_val:n_val + n_test])
+
+    acts: str
+    locations: str | None = None
+    alphas: tuple[float, ...] = DEFAULT_ALPHAS
+    seeds: tuple[int, ...] = DEFAULT_SEEDS
+    fractions: tuple[float, float, float] = DEFAULT_FRACTIONS
+    standardize: bool = True
+    bin_width: int = 10
+    bin_start: int = 1
+    classifier_C: tuple[float, ...] | None = None
+    figure_locations: str | None = None
+    blas_threads: int | None = DEFAULT_BLAS_THREADS
+    control: bool = True
+    control_seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check_common(self)
+        if self.bin_width < 1:
+            raise UsageError(f"bin_width must be >= 1, got {self.bin_width}")
+        if self.classifier_C is not None:
+            self.classifier_C = tuple(classifier_grid(self.classifier_C))
+            if not self.classifier_C or not all(math.isfinite(c) and c > 0 for c in self.classifier_C):
+                raise UsageError(f"classifier_C values must be > 0, got {list(self.classifier_C)}")
+
+
+@dataclass
+class SweepConfig:
+    """``countlens probe sweep``: every α's probe and the unregularised one at one location (Figure 8).
+
+    ``location``: one name or index (``None`` = the output of the first block, ``h`` for the toy).
+    """
+
+    acts: str
+    location: str | None = None
+    alphas: tuple[float, ...] = DEFAULT_SWEEP_ALPHAS
+    seeds: tuple[int, ...] = DEFAULT_SEEDS
+    fractions: tuple[float, float, float] = DEFAULT_FRACTIONS
+    standardize: bool = True
+    blas_threads: int | None = DEFAULT_BLAS_THREADS
+
+    def __post_init__(self) -> None:
+        _check_common(self)
 
 
 # --------------------------------------------------------------------------------- validation-selected
@@ -172,6 +205,9 @@ class ProbeFit:
     val_rounded_acc_path: list[float]  # (A,) validation accuracy of every α
     coef_norm_path: list[float]  # (A,) native norm of every α's probe
     classifier: dict | None = None  # optional multinomial read-out (:func:`fit_classifier_probe`)
+    coef: list[float] | None = None  # (d,) the selected probe's native coefficients: read-out = X @ coef + intercept
+    control_test_rounded_acc: float | None = None  # the same protocol on the control task's labels
+    selectivity: float | None = None  # test_rounded_acc - control_test_rounded_acc
 
 
 @dataclass
@@ -181,8 +217,9 @@ class LocationProbes:
     fits: list[ProbeFit]
 
     def stat(self, key: str) -> tuple[float, float, float]:
-        """Mean, min and max of a :class:`ProbeFit` field over seeds."""
-        values = np.array([getattr(f, key) for f in self.fits], dtype=np.float64)
+        """Mean, min and max of a :class:`ProbeFit` field over seeds (NaN where a fit lacks it)."""
+        values = np.array([np.nan if getattr(f, key) is None else getattr(f, key) for f in self.fits],
+                          dtype=np.float64)
         return float(values.mean()), float(values.min()), float(values.max())
 
 
@@ -195,6 +232,9 @@ class ProbeResult:
     alphas: list[float]
     locations: list[LocationProbes]
     provenance: dict[str, Any] = field(default_factory=dict)
+    # The model's own zero-shot answers on every row of the capture (when it holds them): exact accuracy
+    # overall and per count range (the probes' bins), an unparsed answer counting as wrong.
+    behaviour: dict[str, Any] | None = None
 
     def best_location(self) -> LocationProbes:
         """The location with the highest mean *validation* rounded accuracy (test scores are not used)."""
@@ -203,11 +243,40 @@ class ProbeResult:
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         for loc, summary in zip(out["locations"], self.locations, strict=True):
-            for key in ("test_rounded_acc", "val_rounded_acc", "r2", "coef_norm"):
+            keys = ["test_rounded_acc", "val_rounded_acc", "r2", "coef_norm"]
+            if all(f.selectivity is not None for f in summary.fits):
+                keys += ["control_test_rounded_acc", "selectivity"]
+            for key in keys:
                 mean, lo, hi = summary.stat(key)
                 loc[f"{key}_mean"], loc[f"{key}_min"], loc[f"{key}_max"] = mean, lo, hi
         out["best_location"] = self.best_location().name if self.locations else None
         return out
+
+    def save(self, folder: str | os.PathLike) -> list[Path]:
+        """``probes.json`` (with provenance) and ``probes.csv`` (one row per location and seed)."""
+        folder = Path(folder)
+        header = ["location", "index", "seed", "alpha", "alpha_rel", "val_rounded_acc", "test_rounded_acc",
+                  "r2", "mae", "coef_norm", "classifier_test_acc", "classifier_class_norm_max"]
+        rows = []
+        for loc in self.locations:
+            for f in loc.fits:
+                clf = ([f"{f.classifier['test_acc']:.6f}", f"{f.classifier['class_norm_max']:.6g}"]
+                       if f.classifier else ["", ""])
+                rows.append([loc.name, loc.index, f.seed, f"{f.alpha:.6g}", f"{f.alpha_rel:.6g}",
+                             f"{f.val_rounded_acc:.6f}", f"{f.test_rounded_acc:.6f}", f"{f.r2:.6f}", f"{f.mae:.6f}",
+                             f"{f.coef_norm:.6g}", *clf])
+        return [write_json_atomic(folder / "probes.json", self.to_dict()),
+                write_csv_atomic(folder / "probes.csv", header, rows)]
+
+    def summary(self) -> str:
+        """One console line: what was probed and the validation-selected best location's test accuracy."""
+        best = self.best_location()
+        mean, lo, hi = best.stat("test_rounded_acc")
+        sizes = self.config.get("split_sizes") or {}
+        return (f"probed {len(self.locations)} location(s) x {len(self.config['seeds'])} seed(s) on "
+                f"{self.source['rows']} rows (train/validation/test {sizes.get('train')}/"
+                f"{sizes.get('validation')}/{sizes.get('test')}); best by validation: {best.name} "
+                f"({location_label(best.name)}; test rounded accuracy {mean:.3f} [{lo:.3f}, {hi:.3f}])")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ProbeResult:
@@ -217,28 +286,35 @@ class ProbeResult:
                                         [ProbeFit(**{k: v for k, v in f.items() if k in fit_keys})
                                          for f in loc["fits"]]) for loc in data["locations"]]
             return cls(data["config"], data["source"], list(data["alphas"]), locations,
-                       data.get("provenance", {}))
+                       data.get("provenance", {}), data.get("behaviour"))
         except (KeyError, TypeError) as exc:
             raise UsageError(f"not a probes.json written by `countlens probe` ({exc})") from None
 
 
 def fit_probe(X: np.ndarray, y: np.ndarray, splits, alphas: np.ndarray, seed: int, standardize: bool = True,
               bins: list[tuple[int, int]] | None = None) -> ProbeFit:
-    """Fit the α path on the training rows, select α on validation, score on test. X: (rows, d), y: (rows,)."""
+    """:class:`RidgePathProbe` on the training rows, α selected on validation, the probe scored on test.
+    X: (rows, d), y: (rows,); ``splits``: (train, validation, test) row indices."""
     train, val, test = splits
-    coefs, intercepts, alpha_rel = native_ridge_path(X[train], y[train], alphas, standardize)  # (A, d), (A,)
-    pred_val = X[val] @ coefs.T + intercepts  # (n_val, A)
-    val_acc = np.array([rounded_accuracy(y[val], pred_val[:, i]) for i in range(len(alphas))])
-    best = select_alpha(val_acc, np.mean((pred_val - y[val, None]) ** 2, axis=0))
-    pred_test = X[test] @ coefs[best] + intercepts[best]  # (n_test,)
+    probe = RidgePathProbe(alphas, standardize=standardize, refit=False).fit(X[train], y[train], X[val], y[val])
+    best = probe.best_index_
+    pred_test = probe.predict(X[test])  # (n_test,)
     return ProbeFit(
-        seed=int(seed), alpha=float(alphas[best]), alpha_rel=float(alpha_rel[best]),
-        val_rounded_acc=float(val_acc[best]), test_rounded_acc=rounded_accuracy(y[test], pred_test),
-        r2=r2(y[test], pred_test), mae=mae(y[test], pred_test), coef_norm=float(native_norm(coefs[best])),
-        intercept=float(intercepts[best]),
+        seed=int(seed), alpha=probe.alpha_, alpha_rel=float(probe.alpha_rel_[best]),
+        val_rounded_acc=float(probe.val_rounded_acc_[best]), test_rounded_acc=rounded_accuracy(y[test], pred_test),
+        r2=r2(y[test], pred_test), mae=mae(y[test], pred_test), coef_norm=float(native_norm(probe.coef_)),
+        intercept=probe.intercept_,
         binned=binned_accuracy(y[test], pred_test, bins if bins is not None else count_bins(y)),
         n_train=len(train), n_val=len(val), n_test=len(test),
-        val_rounded_acc_path=val_acc.tolist(), coef_norm_path=native_norm(coefs).tolist())
+        val_rounded_acc_path=probe.val_rounded_acc_.tolist(), coef_norm_path=native_norm(probe.coef_path_).tolist(),
+        coef=np.asarray(probe.coef_, dtype=np.float64).tolist())
+
+
+def control_accuracy(X: np.ndarray, y: np.ndarray, splits, alphas: np.ndarray, seed: int, control_seed: int,
+                     standardize: bool = True) -> float:
+    """Test rounded accuracy of the validation-selected probe on the Hewitt–Liang control labels of ``y``
+    (same splits, α grid and selection as :func:`fit_probe`). X: (rows, d)."""
+    return fit_probe(X, control_labels(y, control_seed), splits, alphas, seed, standardize).test_rounded_acc
 
 
 def fit_classifier_probe(X: np.ndarray, y: np.ndarray, splits, C: float | Sequence[float] = 1.0,
@@ -292,54 +368,81 @@ def classifier_grid(C: float | Sequence[float]) -> list[float]:
     return sorted({float(c) for c in np.atleast_1d(C)})
 
 
-def _config_key(config: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def run_probes(data: ProbeData, location_indices: list[int], alphas: np.ndarray, seeds: list[int],
-               fractions=DEFAULT_FRACTIONS, standardize: bool = True, bin_width: int = 10, bin_start: int = 1,
-               classifier_C: float | Sequence[float] | None = None, partial_dir: str | os.PathLike | None = None,
+def run_probes(config: ProbeConfig, data: ProbeData | None = None, resume_dir: str | os.PathLike | None = None,
                progress: bool = False) -> ProbeResult:
-    """Validation-selected probes at each location for each split seed; with ``classifier_C`` (one value or
-    a grid selected on validation) also the multinomial classification read-out (:func:`fit_classifier_probe`)
-    on the same splits.
+    """Validation-selected probes at each location of ``config.locations`` for each split seed; with
+    ``config.classifier_C`` also the multinomial classification read-out (:func:`fit_classifier_probe`) on
+    the same splits. ``data``: the loaded capture (default: :func:`load_probe_data` of ``config.acts``).
 
-    With ``partial_dir`` every finished location is saved there (atomically) and reused by a rerun with the
-    same configuration, so an interrupted run resumes.
+    With ``resume_dir`` every finished location is kept there (a :class:`countlens.cache.ResultCache`) and
+    reused by a rerun with the same configuration on the same capture, so an interrupted run resumes; the
+    folder is removed once every location is done.
     """
     from tqdm.auto import tqdm
 
-    alphas = np.asarray(alphas, dtype=np.float64)
-    splits = {s: split_rows(len(data.n), s, fractions) for s in seeds}
-    bins = count_bins(data.n, bin_width, bin_start)
-    config = {"acts": str(data.acts_dir), "locations": [data.locations[i] for i in location_indices],
-              "alphas": alphas.tolist(), "seeds": [int(s) for s in seeds], "fractions": list(fractions),
-              "standardize": bool(standardize), "bin_width": bin_width, "bin_start": bin_start,
-              "selection": "validation rounded accuracy, ties by validation MSE", "rows": "all rows, IID by row",
-              "classifier_C": None if classifier_C is None else classifier_grid(classifier_C)}
-    # The partial results are keyed by the configuration and by what the capture holds, so a recapture into
-    # the same folder is never mixed with old results.
+    data = load_probe_data(config.acts) if data is None else data
+    indices = resolve_locations(data.locations, config.locations)
+    shown = None
+    if config.figure_locations is not None:
+        shown = [data.locations[i] for i in resolve_locations(data.locations, config.figure_locations)]
+        missing = [name for name in shown if name not in [data.locations[i] for i in indices]]
+        if missing:
+            raise UsageError(f"figure_locations {', '.join(missing)} not among the probed locations")
+    alphas = np.asarray(config.alphas, dtype=np.float64)
+    splits = {s: split_rows(len(data.n), s, config.fractions) for s in config.seeds}
+    bins = count_bins(data.n, config.bin_width, config.bin_start)
+    recorded = {"acts": str(config.acts), "locations": [data.locations[i] for i in indices],
+                "alphas": alphas.tolist(), "seeds": list(config.seeds), "fractions": list(config.fractions),
+                "standardize": config.standardize, "bin_width": config.bin_width, "bin_start": config.bin_start,
+                "selection": "validation rounded accuracy, ties by validation MSE; scored on the test split",
+                "rows": "all rows, IID by row",
+                "split_sizes": dict(zip(("train", "validation", "test"),
+                                        map(len, splits[config.seeds[0]]), strict=True)),
+                "classifier_C": None if config.classifier_C is None else list(config.classifier_C),
+                "figure_locations": shown, "blas_threads": config.blas_threads,
+                "control": ({"task": "Hewitt-Liang: each count mapped to a fixed random other count",
+                             "seed": config.control_seed} if config.control else None)}
+    # Keyed by the configuration and by what the capture holds, so a recapture into the same folder is
+    # never mixed with old results.
     data_key = {"settings": data.meta.get("settings"), "rows": len(data.n), "n_sum": float(data.n.sum()),
                 "shape": list(data.acts.shape)}
-    key = _config_key({**{k: v for k, v in config.items() if k != "locations"}, "data": data_key})
-    results = []
-    for index in tqdm(location_indices, desc="probe locations", disable=not progress):
-        cached = Path(partial_dir) / f"location_{index:03d}_{key}.json" if partial_dir else None
-        if cached is not None and cached.is_file():
-            saved = read_json(cached, "partial probe result")
-            results.append(LocationProbes(saved["name"], saved["index"], [ProbeFit(**f) for f in saved["fits"]]))
-            continue
+    run_key = {**{k: v for k, v in recorded.items()
+                  if k not in ("acts", "locations", "figure_locations", "blas_threads")},
+               "data": data_key}
+    cache = ResultCache(resume_dir, "location")
+
+    def fit_location(index: int) -> dict[str, Any]:
         X = data.X(index)
-        fits = [fit_probe(X, data.n, splits[s], alphas, s, standardize, bins) for s in seeds]
-        if classifier_C is not None:
-            for fit, s in zip(fits, seeds, strict=True):
-                fit.classifier = fit_classifier_probe(X, data.n, splits[s], classifier_C, standardize)
-        loc = LocationProbes(data.locations[index], index, fits)
-        if cached is not None:
-            write_json_atomic(cached, loc)
-        results.append(loc)
-    source = _source(data)
-    return ProbeResult(config, source, alphas.tolist(), results, provenance(config))
+        fits = [fit_probe(X, data.n, splits[s], alphas, s, config.standardize, bins) for s in config.seeds]
+        if config.classifier_C is not None:
+            for fit, s in zip(fits, config.seeds, strict=True):
+                fit.classifier = fit_classifier_probe(X, data.n, splits[s], config.classifier_C, config.standardize)
+        if config.control:
+            for fit, s in zip(fits, config.seeds, strict=True):
+                fit.control_test_rounded_acc = control_accuracy(X, data.n, splits[s], alphas, s,
+                                                                config.control_seed, config.standardize)
+                fit.selectivity = fit.test_rounded_acc - fit.control_test_rounded_acc
+        return dataclasses.asdict(LocationProbes(data.locations[index], index, fits))
+
+    results = []
+    for index in tqdm(indices, desc="probe locations", disable=not progress):
+        with blas_threads(config.blas_threads):
+            saved = cache.get_or_run({**run_key, "location": index}, lambda index=index: fit_location(index))
+        results.append(LocationProbes(saved["name"], int(saved["index"]), [ProbeFit(**f) for f in saved["fits"]]))
+    cache.clear()
+    return ProbeResult(recorded, _source(data), alphas.tolist(), results, provenance(recorded),
+                       behaviour_accuracy(data.n, data.answer, bins))
+
+
+def behaviour_accuracy(n: np.ndarray, answer: np.ndarray | None, bins) -> dict[str, Any] | None:
+    """The model's zero-shot exact accuracy (parsed answer == count; NaN = unparsed = wrong) on every row,
+    overall and per count range of ``bins``; ``None`` without answers."""
+    if answer is None:
+        return None
+    hit = np.asarray(answer, dtype=np.float64) == np.asarray(n, dtype=np.float64)
+    return {"accuracy": float(hit.mean()), "parsed": float(np.mean(np.isfinite(answer))), "rows": int(len(n)),
+            "binned": binned_accuracy(n, np.where(np.isfinite(answer), answer, -1.0), bins),
+            "definition": "exact accuracy of the model's greedy answer, parsed by countlens.llm.answers"}
 
 
 def _source(data: ProbeData) -> dict[str, Any]:
@@ -357,15 +460,15 @@ class SweepSeed:
 
     seed: int
     alphas: list[float]  # (A,)
-    alpha_rel: list[float]  # (A,) relative ridge coefficients
+    alpha_rel: list[float]  # (A,) relative ridge coefficients (countlens.probes.penalty_unit)
     coef_norm: list[float]  # (A,) native ℓ2 norms
-    heldout_rounded_acc: list[float]  # (A,) on the test rows
+    heldout_rounded_acc: list[float]  # (A,) on the test rows, every α (no selection)
     unregularised_norm: float  # α = 0: minimum-norm least squares in the activations' own coordinates
     unregularised_acc: float
 
 
 @dataclass
-class NormSweepResult:
+class SweepResult:
     """``countlens probe sweep``: native norm vs held-out rounded accuracy along the α grid (Figure 8)."""
 
     config: dict[str, Any]
@@ -378,8 +481,17 @@ class NormSweepResult:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def save(self, folder: str | os.PathLike) -> list[Path]:
+        """``sweep.json`` (with provenance)."""
+        return [write_json_atomic(Path(folder) / "sweep.json", self.to_dict())]
+
+    def summary(self) -> str:
+        stars = ", ".join(f"{s.unregularised_norm:.3g} (acc {s.unregularised_acc:.3f})" for s in self.seeds)
+        return (f"swept {len(self.seeds[0].alphas)} alphas x {len(self.seeds)} seed(s) at {self.location} "
+                f"({location_label(self.location)}); unregularised norms: {stars}")
+
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> NormSweepResult:
+    def from_dict(cls, data: dict[str, Any]) -> SweepResult:
         try:
             return cls(data["config"], data["source"], data["location"], int(data["location_index"]),
                        [SweepSeed(**s) for s in data["seeds"]], data.get("provenance", {}))
@@ -391,26 +503,36 @@ def sweep_seed(X: np.ndarray, y: np.ndarray, splits, alphas: np.ndarray, seed: i
                standardize: bool = True) -> SweepSeed:
     """Probes for every α on the training rows, scored on the held-out (test) rows. X: (rows, d)."""
     train, _, test = splits
-    coefs, intercepts, alpha_rel = native_ridge_path(X[train], y[train], alphas, standardize)  # (A, d)
-    pred = X[test] @ coefs.T + intercepts  # (n_test, A)
+    path = native_ridge_path(X[train], y[train], alphas, standardize)  # (A, d), (A,)
+    pred = X[test] @ path.coefs.T + path.intercepts  # (n_test, A)
     # The unregularised probe is the minimum-norm solution in the activations' own coordinates, so it is
     # fitted without standardisation (the two coincide whenever the training design has full column rank).
     w0, b0 = ridge_path(X[train], y[train], [0.0])
     return SweepSeed(
-        seed=int(seed), alphas=np.asarray(alphas, dtype=np.float64).tolist(), alpha_rel=alpha_rel.tolist(),
-        coef_norm=native_norm(coefs).tolist(),
+        seed=int(seed), alphas=path.alphas.tolist(), alpha_rel=path.alpha_rel.tolist(),
+        coef_norm=native_norm(path.coefs).tolist(),
         heldout_rounded_acc=[rounded_accuracy(y[test], pred[:, i]) for i in range(len(alphas))],
-        unregularised_norm=float(native_norm(w0[0])), unregularised_acc=rounded_accuracy(y[test], X[test] @ w0[0] + b0[0]))
+        unregularised_norm=float(native_norm(w0[0])),
+        unregularised_acc=rounded_accuracy(y[test], X[test] @ w0[0] + b0[0]))
 
 
-def run_norm_sweep(data: ProbeData, location_index: int, alphas: np.ndarray, seeds: list[int],
-                   fractions=DEFAULT_FRACTIONS, standardize: bool = True) -> NormSweepResult:
+def run_sweep(config: SweepConfig, data: ProbeData | None = None) -> SweepResult:
     """Figure 8 at one location: every α's probe and the unregularised one, for each split seed."""
-    X = data.X(location_index)
-    alphas = np.asarray(alphas, dtype=np.float64)
-    config = {"acts": str(data.acts_dir), "location": data.locations[location_index], "alphas": alphas.tolist(),
-              "seeds": [int(s) for s in seeds], "fractions": list(fractions), "standardize": bool(standardize),
-              "heldout": "test split", "rows": "all rows, IID by row"}
-    per_seed = [sweep_seed(X, data.n, split_rows(len(data.n), s, fractions), alphas, s, standardize) for s in seeds]
-    return NormSweepResult(config, _source(data), data.locations[location_index], int(location_index), per_seed,
-                           provenance(config))
+    data = load_probe_data(config.acts) if data is None else data
+    index = (first_block_location(data.locations) if config.location is None
+             else resolve_location(data.locations, config.location))
+    X = data.X(index)
+    alphas = np.asarray(config.alphas, dtype=np.float64)
+    recorded = {"acts": str(config.acts), "location": data.locations[index], "alphas": alphas.tolist(),
+                "seeds": list(config.seeds), "fractions": list(config.fractions), "standardize": config.standardize,
+                "heldout": "test split", "rows": "all rows, IID by row", "blas_threads": config.blas_threads}
+    with blas_threads(config.blas_threads):
+        per_seed = [sweep_seed(X, data.n, split_rows(len(data.n), s, config.fractions), alphas, s,
+                               config.standardize) for s in config.seeds]
+    return SweepResult(recorded, _source(data), data.locations[index], int(index), per_seed, provenance(recorded))
+
+
+__all__ = ["DEFAULT_BLAS_THREADS", "DEFAULT_SEEDS", "DEFAULT_SWEEP_ALPHA_GRID", "DEFAULT_SWEEP_ALPHAS", "ProbeData", "load_probe_data",
+           "ProbeConfig", "SweepConfig", "ProbeFit", "LocationProbes", "ProbeResult", "fit_probe",
+           "fit_classifier_probe", "classifier_grid", "run_probes", "SweepSeed", "SweepResult", "sweep_seed",
+           "run_sweep"]

@@ -1,20 +1,31 @@
 """One plotting function per probe figure; each takes a result object and returns a matplotlib figure, so a
-figure can be redrawn from its JSON (``ProbeResult.from_dict`` / ``NormSweepResult.from_dict``)."""
+figure can be redrawn from its JSON (``ProbeResult.from_dict`` / ``SweepResult.from_dict``).
+:func:`draw_probes` and :func:`draw_sweep` save a result's figure files."""
 
 from __future__ import annotations
 
+import os
 import warnings
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import MaxNLocator, NullFormatter
 
-from countlens.probes.experiments import NormSweepResult, ProbeResult
+from countlens.io import save_figure
+from countlens.locations import location_label
+from countlens.probes.experiments import ProbeResult, SweepResult
+
+# Figure 8's colour, defined where it is drawn (countlens.probes.penalty_unit).
+ALPHA_REL_LABEL = (r"$\log_{10}\,\alpha_{\mathrm{rel}}$, relative ridge coefficient" "\n"
+                   r"$\alpha_{\mathrm{rel}} = \alpha\,d\,/\,\|Z_c\|_F^2$ (mean eigenvalue of $Z_c^\top Z_c$)")
 
 
 def plot_binned_accuracy(result: ProbeResult, locations: list[str] | None = None):
     """Figure 7: test rounded exact accuracy of the validation-selected probe per ten-count range; line = mean
-    over split seeds, shading = min–max. One line per location (default: the best by validation accuracy)."""
+    over split seeds, shading = min–max. One line per location (default: the run's ``figure_locations``,
+    else the best by validation accuracy)."""
+    locations = locations or result.config.get("figure_locations")
     chosen = [loc for loc in result.locations if loc.name in locations] if locations else [result.best_location()]
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     for loc in chosen:
@@ -24,15 +35,18 @@ def plot_binned_accuracy(result: ProbeResult, locations: list[str] | None = None
         with warnings.catch_warnings():  # a range no seed's test split holds stays NaN: a gap in the line
             warnings.simplefilter("ignore", RuntimeWarning)
             mean, lo, hi = np.nanmean(acc, axis=0), np.nanmin(acc, axis=0), np.nanmax(acc, axis=0)
-        line, = ax.plot(centres, mean, marker="o", ms=3, label=loc.name)
+        line, = ax.plot(centres, mean, marker="o", ms=3, label=location_label(loc.name))
         ax.fill_between(centres, lo, hi, color=line.get_color(), alpha=0.2, lw=0)
         ax.set_xticks(centres, [f"{b['lo']}–{b['hi']}" if b["hi"] > b["lo"] else f"{b['lo']}" for b in bins],
                       rotation=45, ha="right", fontsize=7)
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("count range")
-    ax.set_ylabel("IID rounded exact accuracy")
+    ax.set_ylabel("test rounded exact accuracy\n(IID split by row)")
     seeds = len(chosen[0].fits) if chosen else 0
-    ax.set_title(f"Validation-selected ridge probe (mean, range over {seeds} seeds)", fontsize=9)
+    fit = chosen[0].fits[0] if chosen else None
+    sizes = f"; train/val/test {fit.n_train}/{fit.n_val}/{fit.n_test} rows" if fit else ""
+    ax.set_title(f"Ridge probe, α selected on validation, scored on test (mean, range over {seeds} split "
+                 f"seeds{sizes})", fontsize=8)
     ax.legend(fontsize=7, title="location", title_fontsize=7)
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -54,35 +68,53 @@ def plot_layerwise(result: ProbeResult):
             ax.legend(fontsize=7)
         names = [loc.name for loc in result.locations]
         if len(names) <= 6:  # few locations (the toy's attn_out, h): name them
-            ax.set_xticks(idx, names, fontsize=7)
+            ax.set_xticks(idx, [location_label(n) for n in names], fontsize=7)
         else:
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel("location index (0 = embedding)" if "embed" in names else "location")
+        ax.set_xlabel("residual location (0 = embeddings, ℓ = after block ℓ)" if "embed" in names else "location")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
-    fig.suptitle("Ridge probes per residual location", fontsize=10)
+    fig.suptitle("Ridge probes per residual location (α selected on validation, scored on test)", fontsize=10)
     fig.tight_layout()
     return fig
 
 
-def plot_norm_sweep(result: NormSweepResult):
-    """Figure 8: each α's probe as a point (native ℓ2 norm, held-out rounded accuracy), colour = log10 of the
-    relative ridge coefficient; black stars = the unregularised probes, one per split seed."""
+def plot_norm_sweep(result: SweepResult):
+    """Figure 8: each α's probe as a point (native ℓ2 norm, test rounded accuracy), colour = log10 of the
+    relative ridge coefficient α_rel (:func:`countlens.probes.penalty_unit`); black stars = the
+    unregularised probes, one per split seed."""
     fig, ax = plt.subplots(figsize=(6.0, 4.0))
     rel = np.concatenate([np.asarray(s.alpha_rel, dtype=np.float64) for s in result.seeds])
     norms = np.concatenate([np.asarray(s.coef_norm, dtype=np.float64) for s in result.seeds])
     acc = np.concatenate([np.asarray(s.heldout_rounded_acc, dtype=np.float64) for s in result.seeds])
     points = ax.scatter(norms, acc, c=np.log10(np.maximum(rel, 1e-300)), cmap="viridis", s=16, zorder=2)
-    fig.colorbar(points, ax=ax, label="log10 relative ridge coefficient")
+    fig.colorbar(points, ax=ax).set_label(ALPHA_REL_LABEL, fontsize=7)
     ax.scatter([s.unregularised_norm for s in result.seeds], [s.unregularised_acc for s in result.seeds],
-               marker="*", s=140, color="black", zorder=3, label="unregularised (α = 0, min-norm least squares)")
+               marker="*", s=140, color="black", zorder=3,
+               label=r"unregularised ($\alpha = 0$, min-norm least squares)")
     ax.set_xscale("log")
     ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels collide when the norms span under a decade
     ax.set_ylim(-0.02, 1.02)
-    ax.set_xlabel("native ℓ2 norm of the probe")
-    ax.set_ylabel("held-out rounded exact accuracy")
-    ax.set_title(f"Regularisation–norm trade-off at {result.location}", fontsize=9)
+    ax.set_xlabel(r"native $\ell_2$ norm of the probe, $\|w\|_2$ (activation coordinates)")
+    ax.set_ylabel("test rounded exact accuracy\n(every α, no selection)")
+    ax.set_title(f"Regularisation–norm trade-off {location_label(result.location)} ({result.location})", fontsize=9)
     ax.legend(fontsize=7, loc="best")
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
     return fig
+
+
+def draw_probes(result: ProbeResult, folder: str | os.PathLike, locations: list[str] | None = None) -> list[Path]:
+    """``fig7_binned_accuracy.png/.pdf`` (``locations`` drawn, default the best) and
+    ``probes_layerwise.png/.pdf`` in ``folder``."""
+    folder = Path(folder)
+    return [*save_figure(plot_binned_accuracy(result, locations), folder / "fig7_binned_accuracy"),
+            *save_figure(plot_layerwise(result), folder / "probes_layerwise")]
+
+
+def draw_sweep(result: SweepResult, folder: str | os.PathLike) -> list[Path]:
+    """``fig8_norm_sweep.png/.pdf`` in ``folder``."""
+    return save_figure(plot_norm_sweep(result), Path(folder) / "fig8_norm_sweep")
+
+
+__all__ = ["plot_binned_accuracy", "plot_layerwise", "plot_norm_sweep", "draw_probes", "draw_sweep"]

@@ -69,6 +69,18 @@ def binned_accuracy(y_true: np.ndarray, y_pred: np.ndarray, bins: list[tuple[int
     return out
 
 
+def control_labels(y: np.ndarray, seed: int) -> np.ndarray:
+    """The Hewitt–Liang control task for counts: each distinct count of ``y`` mapped to a fixed random *other*
+    count of ``y`` (a random cyclic derangement of the distinct counts, drawn with ``seed``), so the labels
+    keep their frequencies but lose their order. (rows,) -> (rows,) float64; one distinct count maps to
+    itself."""
+    y = np.asarray(y, dtype=np.float64)
+    values = np.unique(y)
+    order = values[np.random.default_rng(seed).permutation(len(values))]
+    image = dict(zip(order.tolist(), np.roll(order, -1).tolist(), strict=True))
+    return np.array([image[v] for v in y.tolist()], dtype=np.float64)
+
+
 def native_norm(coef: np.ndarray) -> float | np.ndarray:
     """ℓ2 norm of probe coefficients in the activations' own coordinates: (d,) -> float, (A, d) -> (A,).
 

@@ -19,7 +19,9 @@ scale) and report ``coef_`` in the activations' own coordinates, so ``np.linalg.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 import scipy.linalg
@@ -27,9 +29,18 @@ from sklearn.base import BaseEstimator, RegressorMixin
 
 from countlens.probes import _lapack
 from countlens.probes.metrics import rounded_accuracy
+from countlens.probes.splits import split_rows
 
 _EPS = np.finfo(np.float64).eps
-DEFAULT_ALPHAS = tuple(np.logspace(-6, 4, 41).tolist())
+DEFAULT_ALPHA_GRID = (1e-6, 1e4, 41)  # lo, hi, count: the validation-selected probes' α grid
+
+
+def log_grid(lo: float, hi: float, count: int) -> tuple[float, ...]:
+    """``count`` log-spaced values from ``lo`` to ``hi``, both included (lo, hi > 0)."""
+    return tuple(np.logspace(np.log10(lo), np.log10(hi), int(count)).tolist())
+
+
+DEFAULT_ALPHAS = log_grid(*DEFAULT_ALPHA_GRID)
 
 
 def _check_alphas(alphas: Sequence[float] | np.ndarray | float) -> np.ndarray:
@@ -216,6 +227,17 @@ def _solve_eigen_covariance(Xc: np.ndarray, yc: np.ndarray, alphas: np.ndarray) 
     return np.where(keep, Vty[None, :] / np.where(keep, denom, 1.0), 0.0) @ V.T  # (A, d)
 
 
+def blas_threads(limit: int | None):
+    """A context manager allowing at most ``limit`` BLAS threads inside it (``None``: as the process has
+    them). Decompositions are chosen per size: on small matrices, or on a machine whose cores are busy,
+    extra BLAS threads spin and slow the work down (BENCHMARKS.md)."""
+    if limit is None:
+        return contextlib.nullcontext()
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=int(limit), user_api="blas")
+
+
 SOLVERS = ("auto", "bidiag", "svd", "gram", "covariance")
 
 
@@ -263,15 +285,31 @@ def standardisation(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean, np.where(tiny, 1.0, scale)
 
 
-def native_ridge_path(X: np.ndarray, y: np.ndarray, alphas: Sequence[float] | np.ndarray,
-                      standardize: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`ridge_path` on standardised X (raw X with ``standardize=False``), mapped back to X's own
-    coordinates.
+class RidgePath(NamedTuple):
+    """Probes for every α of a grid, in the inputs' own coordinates: ``X @ coefs[i] + intercepts[i]`` is
+    the prediction of probe i. ``coefs`` (A, d), ``intercepts`` (A,), ``alphas`` (A,) the absolute
+    penalties, ``alpha_rel`` (A,) the relative ridge coefficients (:func:`penalty_unit`)."""
 
-    Returns ``coefs`` (A, d) and ``intercepts`` (A,) with ``X @ coefs[i] + intercepts[i]`` the prediction,
-    and ``alpha_rel`` (A,): each α divided by the mean eigenvalue of the centred (standardised) design's
-    ``ZᵀZ``, i.e. ``α · d / ||Zc||_F²`` — the *relative ridge coefficient* of Figure 8 (α / n_train for
-    standardised data with no constant dimension).
+    coefs: np.ndarray
+    intercepts: np.ndarray
+    alphas: np.ndarray
+    alpha_rel: np.ndarray
+
+
+def penalty_unit(Z: np.ndarray) -> float:
+    """The unit of the *relative ridge coefficient* ``α_rel = α / unit``: the mean eigenvalue of ``ZcᵀZc``,
+    ``||Zc||_F² / d``, for the design Z (n, d) the penalty acts on (standardised when the probe standardises)
+    and Zc its column-centred rows. For standardised data with no constant dimension the unit is n, so
+    ``α_rel = α / n_train``. This is the one definition (Figure 8's colour, the comparison's grid)."""
+    Z = np.asarray(Z, dtype=np.float64)
+    return float(np.sum((Z - Z.mean(axis=0)) ** 2)) / Z.shape[1]
+
+
+def native_ridge_path(X: np.ndarray, y: np.ndarray, alphas: Sequence[float] | np.ndarray,
+                      standardize: bool = True, relative: bool = False) -> RidgePath:
+    """:func:`ridge_path` on standardised X (raw X with ``standardize=False``), mapped back to X's own
+    coordinates. X: (n, d), y: (n,), alphas: (A,) absolute penalties, or relative ridge coefficients
+    (:func:`penalty_unit`) with ``relative=True``.
     """
     X = np.asarray(X, dtype=np.float64)
     if standardize:
@@ -279,12 +317,16 @@ def native_ridge_path(X: np.ndarray, y: np.ndarray, alphas: Sequence[float] | np
     else:
         mean, scale = X.mean(axis=0), np.ones(X.shape[1])
     Z = (X - mean) / scale  # (n, d)
-    coefs_z, intercepts_z = ridge_path(Z, y, alphas)
+    given = _check_alphas(alphas)
+    unit = penalty_unit(Z)
+    if relative:
+        absolute, alpha_rel = given * (unit if unit > 0 else 1.0), given
+    else:
+        absolute = given
+        alpha_rel = given / unit if unit > 0 else np.full(len(given), np.inf)
+    coefs_z, intercepts_z = ridge_path(Z, y, absolute)
     coefs = coefs_z / scale  # (A, d): ŷ = ((X - μ)/σ)·w_z + b_z = X·(w_z/σ) + b_z - μ·(w_z/σ)
-    intercepts = intercepts_z - coefs @ mean
-    mean_eig = float(np.sum((Z - Z.mean(axis=0)) ** 2)) / Z.shape[1]
-    alpha_rel = _check_alphas(alphas) / mean_eig if mean_eig > 0 else np.full(len(coefs), np.inf)
-    return coefs, intercepts, alpha_rel
+    return RidgePath(coefs, intercepts_z - coefs @ mean, absolute, alpha_rel)
 
 
 class RidgeProbe(RegressorMixin, BaseEstimator):
@@ -307,10 +349,10 @@ class RidgeProbe(RegressorMixin, BaseEstimator):
         self.standardize = standardize
 
     def fit(self, X, y):
-        coefs, intercepts, alpha_rel = native_ridge_path(X, y, [self.alpha], self.standardize)
-        self.coef_, self.intercept_ = coefs[0], float(intercepts[0])
-        self.alpha_, self.alpha_rel_ = float(self.alpha), float(alpha_rel[0])
-        self.n_features_in_ = coefs.shape[1]
+        path = native_ridge_path(X, y, [self.alpha], self.standardize)
+        self.coef_, self.intercept_ = path.coefs[0], float(path.intercepts[0])
+        self.alpha_, self.alpha_rel_ = float(self.alpha), float(path.alpha_rel[0])
+        self.n_features_in_ = path.coefs.shape[1]
         return self
 
     def predict(self, X):
@@ -320,34 +362,42 @@ class RidgeProbe(RegressorMixin, BaseEstimator):
 class RidgePathProbe(RegressorMixin, BaseEstimator):
     """Ridge probe whose α is chosen from a grid on a validation split, the grid from one decomposition.
 
+    This is the fit → select of every probe countlens reports (Figure 7, the comparison's probe norm):
+    fit the whole α path on the training rows, select on the validation rows; the caller scores the
+    selected probe on test rows it never showed the estimator.
+
     Parameters
     ----------
-    alphas : sequence of penalties >= 0.
+    alphas : sequence of penalties >= 0 (absolute, or relative ridge coefficients with ``relative=True``).
     selection : ``"validation"`` (highest validation rounded exact accuracy, ties broken by lower validation
         mean squared error) or ``"validation-mse"`` (lowest validation mean squared error).
     validation_fraction : share of the rows of ``fit(X, y)`` held out for selection when no explicit
-        ``X_val, y_val`` are passed to ``fit``.
+        ``X_val, y_val`` are passed to ``fit`` (drawn by :func:`countlens.probes.split_rows`).
     random_state : seed of that split.
     refit : refit on all rows of ``fit`` at the selected α (as ``RidgeCV`` does); otherwise keep the probe
         fitted on the training part.
     standardize : as in :class:`RidgeProbe`.
+    relative : ``alphas`` are relative ridge coefficients (multiples of :func:`penalty_unit` of the
+        training design), so one grid serves data of any scale.
 
     Attributes
     ----------
-    coef_, intercept_, alpha_ : the selected probe (native coordinates). coef_path_ (A, d),
-    intercept_path_ (A,): the probes fitted on the training part. alpha_rel_ (A,): relative ridge
-    coefficients. val_rounded_acc_ (A,), val_mse_ (A,): validation scores per α.
+    coef_, intercept_, alpha_ : the selected probe (native coordinates; ``alpha_`` absolute). coef_path_
+    (A, d), intercept_path_ (A,): the probes fitted on the training part. alpha_path_ (A,): absolute
+    penalties; alpha_rel_ (A,): relative ridge coefficients. val_rounded_acc_ (A,), val_mse_ (A,):
+    validation scores per α; best_index_: the selected grid index; n_train_, n_val_: rows used.
     """
 
     def __init__(self, alphas=DEFAULT_ALPHAS, selection: str = "validation",
                  validation_fraction: float = 0.25, random_state: int = 0, refit: bool = True,
-                 standardize: bool = True):
+                 standardize: bool = True, relative: bool = False):
         self.alphas = alphas
         self.selection = selection
         self.validation_fraction = validation_fraction
         self.random_state = random_state
         self.refit = refit
         self.standardize = standardize
+        self.relative = relative
 
     def fit(self, X, y, X_val=None, y_val=None):
         if self.selection not in ("validation", "validation-mse"):
@@ -355,30 +405,26 @@ class RidgePathProbe(RegressorMixin, BaseEstimator):
         X = np.asarray(X, dtype=np.float64)
         y = np.asarray(y, dtype=np.float64)
         if X_val is None:
-            n_val = int(round(self.validation_fraction * len(X)))
-            if not 1 <= n_val <= len(X) - 2:
-                raise ValueError(f"{len(X)} rows cannot be split with validation_fraction="
-                                 f"{self.validation_fraction}")
-            order = np.random.default_rng(self.random_state).permutation(len(X))
-            X_fit, y_fit = X[order[n_val:]], y[order[n_val:]]
-            X_val, y_val = X[order[:n_val]], y[order[:n_val]]
+            vf = float(self.validation_fraction)
+            train, val, _ = split_rows(len(X), self.random_state, (1.0 - vf, vf, 0.0))
+            X_fit, y_fit, X_val, y_val = X[train], y[train], X[val], y[val]
         else:
             X_fit, y_fit = X, y
             X_val, y_val = np.asarray(X_val, dtype=np.float64), np.asarray(y_val, dtype=np.float64)
-        coefs, intercepts, alpha_rel = native_ridge_path(X_fit, y_fit, self.alphas, self.standardize)
-        pred = X_val @ coefs.T + intercepts  # (n_val, A)
+        path = native_ridge_path(X_fit, y_fit, self.alphas, self.standardize, self.relative)
+        pred = X_val @ path.coefs.T + path.intercepts  # (n_val, A)
         self.val_rounded_acc_ = np.array([rounded_accuracy(y_val, pred[:, i]) for i in range(pred.shape[1])])
         self.val_mse_ = np.mean((pred - y_val[:, None]) ** 2, axis=0)
         best = select_alpha(self.val_rounded_acc_, self.val_mse_, self.selection)
-        alphas = _check_alphas(self.alphas)
-        self.alpha_, self.alpha_rel_ = float(alphas[best]), alpha_rel
+        self.alpha_, self.alpha_path_, self.alpha_rel_ = float(path.alphas[best]), path.alphas, path.alpha_rel
         self.best_index_ = best
-        self.coef_path_, self.intercept_path_ = coefs, intercepts
+        self.coef_path_, self.intercept_path_ = path.coefs, path.intercepts
+        self.n_train_, self.n_val_ = len(y_fit), len(y_val)
         if self.refit and X_fit is not X:
-            c, b, _ = native_ridge_path(X, y, [self.alpha_], self.standardize)
-            self.coef_, self.intercept_ = c[0], float(b[0])
+            refit = native_ridge_path(X, y, [self.alpha_], self.standardize)
+            self.coef_, self.intercept_ = refit.coefs[0], float(refit.intercepts[0])
         else:
-            self.coef_, self.intercept_ = coefs[best], float(intercepts[best])
+            self.coef_, self.intercept_ = path.coefs[best], float(path.intercepts[best])
         self.n_features_in_ = X.shape[1]
         return self
 

@@ -2,6 +2,8 @@ import os
 
 import pytest
 
+from tests.helpers.llm_fixtures import smollm2_tokenizer  # noqa: F401 - session fixture
+
 # Tests never reach the network: hub look-ups must fail fast, not hang.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -20,3 +22,22 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def tiny_chat_model(tmp_path_factory, smollm2_tokenizer):  # noqa: F811
+    """A tiny random Llama chat model with SmolLM2's tokenizer (cheap to capture)."""
+    from tests.helpers.tiny_models import build_tiny_chat_model
+
+    return build_tiny_chat_model(tmp_path_factory.mktemp("model") / "llama", "llama", tokenizer_dir=smollm2_tokenizer)
+
+
+@pytest.fixture(scope="session")
+def test_preset_report(tmp_path_factory, tiny_chat_model):
+    """``countlens reproduce --preset test`` on the tiny model, once per session: (OUT folder, exit code).
+    Treat it as read-only."""
+    from countlens.cli import main
+
+    out = tmp_path_factory.mktemp("report") / "r"
+    code = main(["reproduce", "--preset", "test", "--model", str(tiny_chat_model), "--out", str(out)])
+    return out, code

@@ -1,10 +1,74 @@
-"""The toy theory: one attention layer counting up to L, exactly and checkably (SPEC §1).
+"""The toy theory: one attention layer counting up to L, exactly and checkably (docs/definitions.md §1).
 
-``model`` (the seven variants on count pairs), ``check`` (the full-domain check), ``constructions``
-(explicit parameters per variant), ``budget`` (b_min, l_max, rate fits, L_cap, Table 3), ``figure1``.
+Numerics: ``model`` (the seven variants on count pairs), ``check`` (the full-domain check), ``constructions``
+(explicit parameters per variant), ``budget`` (b_min, l_max, rate fits, L_cap), ``classification`` (the
+classifier read-out), ``train`` (training from random initialisation), ``export`` (representations as an
+activation folder). ``experiments``: one config and ``run_...`` per table and figure; ``figures``: their plots.
 """
 
-from countlens.toy.budget import b_min, fit_rates, l_cap, l_max, table3_constructed  # noqa: F401
-from countlens.toy.check import CheckResult, full_domain_check  # noqa: F401
-from countlens.toy.constructions import best_construction, construct  # noqa: F401
-from countlens.toy.model import VARIANTS, ToyConfig, ToyParams  # noqa: F401
+from countlens.toy.budget import (
+    CLAIMED,
+    TABLE3_B,
+    TABLE3_PAPER,
+    TABLE3_VARIANTS,
+    b_min,
+    fit_rates,
+    l_cap,
+    l_max,
+)
+from countlens.toy.check import CheckResult, full_domain_check
+from countlens.toy.classification import arc_angle, classifier_construction, min_gap_by_count
+from countlens.toy.constructions import best_construction, construct
+from countlens.toy.experiments import (
+    CheckConfig,
+    ConstructConfig,
+    DynamicsResult,
+    Figure1Config,
+    Figure1Result,
+    Figure2Config,
+    Figure2Result,
+    Figure3Config,
+    Figure4Config,
+    LcapConfig,
+    LcapResult,
+    RatesConfig,
+    RatesResult,
+    Table2Config,
+    Table2Result,
+    Table3Config,
+    Table3Result,
+    run_check,
+    run_construct,
+    run_figure1,
+    run_figure2,
+    run_figure3,
+    run_figure4,
+    run_lcap,
+    run_rates,
+    run_table2,
+    run_table3,
+)
+from countlens.toy.figures import (
+    draw_figure1,
+    draw_figure2,
+    draw_figure3,
+    draw_figure4,
+    plot_figure1,
+    plot_figure2,
+    plot_figure3,
+    plot_figure4,
+)
+from countlens.toy.model import VARIANTS, ToyConfig, ToyParams
+from countlens.toy.train import TrainConfig, TrainResult, train
+
+__all__ = [
+    "CLAIMED", "TABLE3_B", "TABLE3_PAPER", "TABLE3_VARIANTS", "VARIANTS", "ToyConfig", "ToyParams",
+    "b_min", "fit_rates", "l_cap", "l_max", "CheckResult", "full_domain_check", "arc_angle",
+    "classifier_construction", "min_gap_by_count", "best_construction", "construct", "TrainConfig", "TrainResult",
+    "train", "ConstructConfig", "run_construct", "CheckConfig", "run_check", "RatesConfig", "RatesResult",
+    "run_rates", "LcapConfig", "LcapResult", "run_lcap", "Table2Config", "Table2Result", "run_table2",
+    "Table3Config", "Table3Result", "run_table3", "Figure1Config", "Figure1Result", "run_figure1",
+    "Figure2Config", "Figure2Result", "run_figure2", "Figure3Config", "Figure4Config", "DynamicsResult",
+    "run_figure3", "run_figure4", "plot_figure1", "plot_figure2", "plot_figure3", "plot_figure4",
+    "draw_figure1", "draw_figure2", "draw_figure3", "draw_figure4",
+]

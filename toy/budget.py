@@ -31,7 +31,7 @@ from countlens.toy.constructions import (
 )
 from countlens.toy.model import VARIANTS
 
-CLAIMED = {  # Table 1: B_min(L) at fixed d >= 3
+CLAIMED = {  # Table 1's claimed rate of B_min(L) at fixed d >= 3: (as printed, exponent of L)
     "linear": ("0", 0.0),
     "linear-preln-bare": ("0", 0.0),
     "softmax": ("1", 1.0),
@@ -41,12 +41,12 @@ CLAIMED = {  # Table 1: B_min(L) at fixed d >= 3
     "softmax-preln-bare": ("inf beyond L_cap(d)", None),
 }
 TABLE3_VARIANTS = ("softmax", "softmax-postln-bare", "softmax-postln-learned")
-TABLE3_PAPER = {  # the paper's "constr." column at d = 16, B = 10, 30, 100, 300, 1000
+TABLE3_B = (10, 30, 100, 300, 1000)  # Table 3's caps B
+TABLE3_PAPER = {  # the paper's "constr." column at d = 16, one value per cap of TABLE3_B
     "softmax": (15, 50, 169, 510, 1705),
     "softmax-postln-bare": (11, 24, 54, 112, 251),
     "softmax-postln-learned": (43, 186, 928, 4016, 20000),
 }
-TABLE3_B = (10, 30, 100, 300, 1000)
 CONSTANT_VARIANTS = ("linear", "linear-preln-bare")
 
 
@@ -268,7 +268,7 @@ def l_max(variant: str, B: float, d: int, tau: float | None = None, max_L: int =
     validate(variant, 1, d)
     tau = _tau(d, tau)
     if B <= 0:
-        raise UsageError(f"--B must be positive, got {B}")
+        raise UsageError(f"B must be positive, got {B}")
     if variant in CONSTANT_VARIANTS:
         c = best_construction(variant, 1, d, tau=tau)
         ok = c.max_norm <= B
@@ -309,7 +309,8 @@ def l_max(variant: str, B: float, d: int, tau: float | None = None, max_L: int =
 
 @dataclass
 class Table3Result:
-    """Table 3's "constr." columns: ``l_max`` per variant and cap, next to the paper's values."""
+    """Table 3's "constr." columns: ``l_max`` per variant and cap, next to the paper's values
+    (:func:`countlens.toy.experiments.run_table3` fills it)."""
 
     d: int
     tau: float
@@ -326,23 +327,8 @@ class Table3Result:
         return out
 
 
-def table3_constructed(d: int = 16, Bs: tuple[float, ...] = TABLE3_B, variants: tuple[str, ...] = TABLE3_VARIANTS,
-                       tau: float | None = None, progress=None) -> Table3Result:
-    """``l_max(variant, B, d)`` for each variant and cap (progress: optional callable ``(variant, B)``)."""
-    tau = _tau(d, tau)
-    out = {}
-    for v in variants:
-        rows = []
-        for B in Bs:
-            if progress is not None:
-                progress(v, B)
-            rows.append(l_max(v, float(B), d, tau))
-        out[v] = rows
-    return Table3Result(int(d), tau, out)
-
-
 __all__ = [
     "CLAIMED", "TABLE3_VARIANTS", "TABLE3_PAPER", "TABLE3_B", "b_min", "b_min_construction", "fit_slope",
     "fit_rates", "RateFit", "RatesResult", "l_infeasible", "l_cap", "LCap", "l_max", "LMax",
-    "table3_constructed", "Table3Result", "preln_bare_needed_a",
+    "Table3Result", "preln_bare_needed_a",
 ]

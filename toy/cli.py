@@ -1,89 +1,105 @@
-"""``countlens toy ...``: construct, check, rates, lcap, table3, figure1 (training commands come from
-``countlens.toy.train_cli`` where it exists). The CLI only parses, calls and writes."""
+"""``countlens toy ...``: every toy table, figure and command (definitions: docs/definitions.md §1).
+
+Each handler parses flags into a config of :mod:`countlens.toy.experiments`, runs it, saves the result and
+draws its figure; flags left unset take the config's defaults (``--full``: the config's ``paper()`` sizes).
+"""
 
 from __future__ import annotations
 
 import argparse
-import math
+import functools
 import sys
 from pathlib import Path
+from typing import Any
 
-from countlens.args import parse_float_list, parse_int_list
+from countlens.args import HelpFormatter, parse_float_list, parse_int_list, positive_int, reword
+from countlens.cache import ResultCache
 from countlens.errors import UsageError
-from countlens.io import provenance, read_json, save_figure, write_json_atomic
+from countlens.io import provenance, write_json_atomic
+from countlens.toy import experiments as ex
+from countlens.toy import figures
+from countlens.toy.model import READOUTS, VARIANTS, ToyConfig
+from countlens.toy.train import OPTIMIZERS, TrainConfig, TrainingDiverged, train
 
-try:  # helper commands for training (train, table2, figure2..4) and Table 3's attained column
-    from countlens.toy import train_cli
-except ImportError as exc:  # only a missing train_cli module is tolerated, never a broken one
-    if getattr(exc, "name", None) not in ("countlens.toy.train_cli",):
-        raise
-    train_cli = None
-
-
-def _tqdm(total: int, desc: str):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, file=sys.stderr, leave=False)
+# config field -> the flag that sets it, to word the configs' errors as flags
+FLAGS = {"L": "--L", "d": "--d", "B": "--B", "tau": "--tau", "seeds": "--seeds", "seed": "--seed",
+         "steps": "--steps", "minibatch_steps": "--minibatch-steps", "batch_size": "--batch-size", "lr": "--lr",
+         "ce_scale": "--ce-scale", "attained_grid": "--attained-grid", "attained_seeds": "--attained-seeds",
+         "attained_steps": "--attained-steps"}
 
 
-def _check_d(d: int, variant: str | None = None) -> None:
-    from countlens.toy.constructions import min_dimension
-
-    need = 3 if variant is None else min_dimension(variant)
-    if d < need:
-        raise UsageError(f"--d must be >= {need}" + (f" for {variant}" if variant else "")
-                         + f" (LayerNorm needs two centred directions), got {d}")
-
-
-def cmd_construct(args: argparse.Namespace) -> int:
-    from countlens.toy.constructions import best_construction, validate
-
-    validate(args.variant, args.L, args.d)
-    if args.variant == "softmax-preln-bare":
-        from countlens.toy.budget import l_infeasible
-
-        bound, reason = l_infeasible(args.d, args.tau)
-        if args.L >= bound:
-            raise UsageError(f"L={args.L} is infeasible for softmax-preln-bare at d={args.d}: {reason}")
+def _config(make: Any, **given: Any) -> Any:
+    """``make(**given)`` without the unset (``None``) values, its errors worded as flags."""
     try:
-        c = best_construction(args.variant, args.L, args.d, tau=args.tau)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    out = c.to_dict()
-    out["provenance"] = provenance({"variant": args.variant, "d": args.d, "L": args.L, "tau": c.cfg.tau})
-    if args.json:
-        write_json_atomic(args.json, out)
-    ch = c.check
-    print(f"{args.variant} d={args.d} L={args.L}: passed={ch.passed} worst_error={ch.worst_error:.6f} "
-          f"at (n, m)={tuple(ch.worst_pair)} max_norm={ch.max_norm:.6g}")
-    return 0
+        return make(**{k: v for k, v in given.items() if v is not None})
+    except UsageError as exc:
+        raise reword(exc, FLAGS) from None
 
 
-def cmd_check(args: argparse.Namespace) -> int:
-    from countlens.toy.check import full_domain_check
-    from countlens.toy.model import ToyParams
-
-    if args.L < 1:
-        raise UsageError(f"--L must be >= 1, got {args.L}")
-    data = read_json(args.params, "parameter file")
-    cfg, params = ToyParams.from_dict(data, L=args.L)
-    res = full_domain_check(cfg, params, L=args.L)
-    out = res.to_dict()
-    out.update(variant=cfg.variant, d=cfg.d, tau=cfg.tau)
-    out["provenance"] = provenance({"params": str(args.params), "L": args.L})
-    if args.json:
-        write_json_atomic(args.json, out)
-    extra = f" min_gap={res.min_gap:.6g}" if res.min_gap is not None else ""
-    print(f"{cfg.variant} d={cfg.d} L={args.L} ({res.pairs} pairs): passed={res.passed} "
-          f"worst_error={res.worst_error:.6f} at (n, m)={tuple(res.worst_pair)} max_norm={res.max_norm:.6g}{extra}")
-    return 0
+def _sizes(cls: Any, args: argparse.Namespace) -> Any:
+    """The config class itself, or its ``paper`` sizes under ``--full``."""
+    return cls.paper if getattr(args, "full", False) else cls
 
 
-def _variants(text: str | None) -> tuple[str, ...]:
-    from countlens.toy.model import VARIANTS
+def _ints(text: str | None, flag: str) -> tuple[int, ...] | None:
+    return None if text is None else tuple(parse_int_list(text, flag))
 
+
+def _floats(text: str | None, flag: str) -> tuple[float, ...] | None:
+    return None if text is None else tuple(parse_float_list(text, flag))
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, tuple):
+        return ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in value)
+    return str(value)
+
+
+def _default(cls: Any, name: str, full_flag: str | None = "--full") -> str:
+    """A config field's default as help text, with its ``paper()`` value (under ``full_flag``) if that differs."""
+    quick = _shown(getattr(cls(), name))
+    full = _shown(getattr(cls.paper(), name)) if full_flag else quick
+    return f"(default: {quick}; {full_flag}: {full})" if full != quick else f"(default: {quick})"
+
+
+def _cache_beside(target: str | Path | None) -> ResultCache:
+    """The resume folder of a result file: ``.NAME.runs`` beside it (none without a file)."""
+    if target is None:
+        return ResultCache(None)
+    target = Path(target)
+    return ResultCache(target.parent / f".{target.name}.runs")
+
+
+def _out_dir(text: str) -> Path:
+    out = Path(text)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file; pass a folder")
+    return out
+
+
+def _with_threads(func: Any) -> Any:
+    """Run a command with ``--threads`` torch intra-op threads (default 1), restoring the previous count.
+
+    The toy's tensors are small: on a shared 2-core machine a second thread costs more in contention than it
+    gains (a mini-batch step measured 5x slower with 2 threads under load), hence the default of 1.
+    """
+    @functools.wraps(func)
+    def run(args: argparse.Namespace) -> Any:
+        import torch
+
+        before = torch.get_num_threads()
+        torch.set_num_threads(args.threads)
+        try:
+            return func(args)
+        finally:
+            torch.set_num_threads(before)
+
+    return run
+
+
+def _variants(text: str | None) -> tuple[str, ...] | None:
     if not text:
-        return VARIANTS
+        return None
     names = tuple(v.strip() for v in text.split(",") if v.strip())
     bad = [v for v in names if v not in VARIANTS]
     if bad:
@@ -91,191 +107,330 @@ def _variants(text: str | None) -> tuple[str, ...]:
     return names
 
 
-def cmd_rates(args: argparse.Namespace) -> int:
-    from countlens.toy.budget import fit_rates
+# --- handlers --------------------------------------------------------------------------------------------
 
-    Ls = parse_int_list(args.L, "--L")
-    if min(Ls) < 1:
-        raise UsageError(f"--L values must be >= 1, got {min(Ls)}")
-    variants = _variants(args.variants)
-    for v in variants:
-        _check_d(args.d, v)
-    bar = _tqdm(len(Ls) * len(variants), "rates")
-    try:
-        res = fit_rates(args.d, Ls, variants, tau=args.tau, progress=lambda v, L: bar.update(1))
-    finally:
-        bar.close()
-    out = res.to_dict()
-    out["provenance"] = provenance({"d": args.d, "L": Ls, "variants": list(variants), "tau": res.tau})
+
+def cmd_construct(args: argparse.Namespace) -> int:
+    config = _config(ex.ConstructConfig, variant=args.variant, d=args.d, L=args.L, tau=args.tau)
+    result = ex.run_construct(config)
     if args.json:
-        write_json_atomic(args.json, out)
-    print(f"B_min(L) of the constructions, d={args.d}; slope of log B_min vs log L (claimed exponent)")
-    print(f"{'variant':24s} " + " ".join(f"{L:>10d}" for L in Ls) + "      slope  L>=100  claimed")
-    for v, fit in res.variants.items():
-        slope = "-" if fit.slope is None else f"{fit.slope:.3f}"
-        tail = "-" if fit.slope_L_ge_100 is None else f"{fit.slope_L_ge_100:.3f}"
-        print(f"{v:24s} " + " ".join(f"{b:10.4g}" for b in fit.b_min) + f" {slope:>10s} {tail:>7s}  {fit.claimed}")
+        result.save(args.json)
+    print(result.format())
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    result = ex.run_check(_config(ex.CheckConfig, params=args.params, L=args.L))
+    if args.json:
+        result.save(args.json)
+    print(result.format())
+    return 0
+
+
+def cmd_rates(args: argparse.Namespace) -> int:
+    config = _config(ex.RatesConfig, d=args.d, L=_ints(args.L, "--L"), variants=_variants(args.variants),
+                     tau=args.tau)
+    result = ex.run_rates(config, progress=True)
+    if args.json:
+        result.save(args.json)
+    print(result.format())
     return 0
 
 
 def cmd_lcap(args: argparse.Namespace) -> int:
-    from countlens.toy.budget import l_cap
-
-    ds = parse_int_list(args.d, "--d")
-    for d in ds:
-        _check_d(d, "softmax-preln-bare")
-    rows = []
-    for d in _iter(ds, "lcap"):
-        rows.append(l_cap(d, tau=None if args.tau is None else args.tau))
-    out = {
-        "d": ds, "l_cap": [r.l_cap for r in rows], "l_infeasible": [r.l_infeasible for r in rows],
-        "b_min_at_cap": [r.b_min_at_cap for r in rows], "worst_error_at_cap": [r.worst_error_at_cap for r in rows],
-        "tau": [r.tau for r in rows], "reason": [r.reason for r in rows],
-        "provenance": provenance({"d": ds, "tau": args.tau}),
-    }
+    result = ex.run_lcap(_config(ex.LcapConfig, d=_ints(args.d, "--d"), tau=args.tau), progress=True)
     if args.json:
-        write_json_atomic(args.json, out)
-    for r in rows:
-        have = "not searched" if r.l_cap is None else f"{r.l_cap} (constructed, verified)"
-        print(f"d={r.d}: L_cap = {have}; L >= {r.l_infeasible} infeasible. Why finite: {r.reason}")
+        result.save(args.json)
+    print(result.format())
     return 0
 
 
-def _iter(items, desc):
-    bar = _tqdm(len(items), desc)
-    for x in items:
-        yield x
-        bar.update(1)
-    bar.close()
-
-
+@_with_threads
 def cmd_table3(args: argparse.Namespace) -> int:
-    from countlens.toy.budget import TABLE3_PAPER, TABLE3_VARIANTS, LMax, Table3Result, l_max
-
-    Bs = parse_float_list(args.B, "--B")
-    if min(Bs) <= 0:
-        raise UsageError(f"--B values must be positive, got {min(Bs)}")
-    _check_d(args.d)
-    if args.attained and train_cli is None:
-        raise UsageError("--attained needs the training commands (countlens.toy.train_cli), which are not installed")
-    variants = TABLE3_VARIANTS
-    tau = 1.0 / math.sqrt(args.d) if args.tau is None else float(args.tau)
-    # each (variant, B) is kept in OUT.partial as it finishes, so an interrupted run resumes there
-    partial = Path(str(args.json) + ".partial") if args.json else None
-    done = read_json(partial, "partial results") if partial is not None and partial.is_file() else {}
-    rows: dict[str, list] = {v: [] for v in variants}
-    with _tqdm(len(Bs) * len(variants), "table3") as bar:
-        for v in variants:
-            for B in Bs:
-                key = f"d={args.d}|tau={tau!r}|{v}|B={B!r}"
-                if key in done:
-                    row = dict(done[key])
-                    row["L"] = float(row["L"]) if isinstance(row["L"], str) else row["L"]
-                    rows[v].append(LMax(**row))
-                else:
-                    rows[v].append(l_max(v, float(B), args.d, tau))
-                    done[key] = rows[v][-1].__dict__
-                    if partial is not None:
-                        write_json_atomic(partial, done)
-                bar.update(1)
-    res = Table3Result(args.d, tau, rows)
-    out = res.to_dict()
-    out["provenance"] = provenance({"d": args.d, "B": Bs, "tau": res.tau, "attained": bool(args.attained)})
-    if args.attained:
-        train_cli.add_table3_attained(out, args)
+    make = ex.Table3Config.paper if args.attained_full else ex.Table3Config
+    config = _config(make, d=args.d, B=_floats(args.B, "--B"), tau=args.tau, attained=args.attained,
+                     attained_grid=_ints(args.attained_grid, "--attained-grid"),
+                     attained_seeds=_ints(args.attained_seeds, "--attained-seeds"), attained_steps=args.attained_steps)
+    cache = _cache_beside(args.json)
+    result = ex.run_table3(config, progress=True, cache=cache)
     if args.json:
-        write_json_atomic(args.json, out)
-        if partial is not None and partial.exists():
-            partial.unlink()
-    print(f"Table 3, constructed L_max(B) at d={args.d} (paper's constr. in brackets)")
-    print(f"{'B':>8s} " + " ".join(f"{v:>28s}" for v in variants))
-    for i, B in enumerate(Bs):
-        cells = []
-        for v in variants:
-            L = res.variants[v][i].L
-            paper = TABLE3_PAPER[v]
-            ref = f" [{paper[(10, 30, 100, 300, 1000).index(int(B))]}]" if (
-                args.d == 16 and float(B).is_integer() and int(B) in (10, 30, 100, 300, 1000)) else ""
-            cells.append(f"{'inf' if math.isinf(L) else int(L)}{ref}".rjust(28))
-        print(f"{B:8g} " + " ".join(cells))
-    if args.attained and hasattr(train_cli, "format_attained"):
-        print(train_cli.format_attained(out))
+        result.save(args.json)
+    cache.clear()
+    print(result.format())
     return 0
 
 
 def cmd_figure1(args: argparse.Namespace) -> int:
-    from countlens.toy.figure1 import compute_figure1, plot_figure1
-
-    _check_d(args.d)
-    if args.L < 2:
-        raise UsageError(f"--L must be >= 2, got {args.L}")
-    res = compute_figure1(args.d, args.L)
+    config = _config(ex.Figure1Config, d=args.d, L=args.L)
     out = Path(args.out)
-    data = res.to_dict()
-    data["provenance"] = provenance({"d": args.d, "L": args.L})
-    write_json_atomic(out / "figure1.json", data)
-    paths = save_figure(plot_figure1(res), out / "figure1")
-    print("wrote " + ", ".join(str(p) for p in [out / "figure1.json", *paths]))
+    result = ex.run_figure1(config)
+    paths = [result.save(out / "figure1.json"), *figures.draw_figure1(result, out)]
+    print("wrote " + ", ".join(str(p) for p in paths))
     return 0
 
 
-def _positive_int(text: str) -> int:
+@_with_threads
+def cmd_train(args: argparse.Namespace) -> int:
+    cfg = _config(ToyConfig, variant=args.variant, d=args.d, L=args.L, readout=args.readout, tau=args.tau)
+    tcfg = _config(TrainConfig, optimizer=args.optimizer, steps=args.steps, seed=args.seed, cap=args.cap, lr=args.lr,
+                   batch_size=args.batch_size, test_fraction=args.test_fraction, log_every=args.log_every,
+                   stop_when_passed=args.stop_when_passed, init_scale=args.init_scale, ce_scale=args.ce_scale)
+    out = Path(args.json)
+    ckpt = Path(args.checkpoint) if args.checkpoint else out.parent / f".{out.name}.ckpt"
     try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        result = train(cfg, tcfg, checkpoint=ckpt, checkpoint_every=args.checkpoint_every, progress=True)
+    except TrainingDiverged as exc:
+        where = f"; the last checkpoint, {ckpt}, resumes before it" if ckpt.exists() else ""
+        print(f"countlens: error: {exc}; nothing written (lower --lr or set --cap){where}", file=sys.stderr)
+        return 1
+    data = result.to_dict()  # `countlens toy check --params OUT` reads the nested `params` as is
+    write_json_atomic(out, {**data, "provenance": provenance({"model": vars(cfg), "train": vars(tcfg)})})
+    if not args.checkpoint:
+        ckpt.unlink(missing_ok=True)
+    print(f"{cfg.variant} {cfg.readout} d={cfg.d} L={cfg.L}: {result.steps_run} steps, test exact accuracy "
+          f"{result.test_exact_accuracy:.4f}, full-domain worst error {result.full_domain_worst_error:.4g} at "
+          f"{tuple(result.worst_pair)} -> {'PASSED' if result.passed else 'failed'}; max norm {result.max_norm:.4g}")
+    print(f"wrote {out}")
+    return 0
 
 
-def register(subparsers) -> None:
+@_with_threads
+def cmd_table2(args: argparse.Namespace) -> int:
+    config = _config(_sizes(ex.Table2Config, args), d=_ints(args.d, "--d"), L=_ints(args.L, "--L"),
+                     seeds=_ints(args.seeds, "--seeds"), steps=args.steps, optimizer=args.optimizer, lr=args.lr)
+    cache = _cache_beside(args.json)
+    result = ex.run_table2(config, progress=True, cache=cache)
+    result.save(args.json)
+    cache.clear()
+    print(result.format())
+    print(f"wrote {args.json}")
+    return 0
+
+
+def _figure(args: argparse.Namespace, name: str, cls: Any, run: Any, draw: Any, **given: Any) -> int:
+    """A figure command: config from the flags, run (resumable in ``OUT/.NAME.runs``), draw, save."""
+    out = _out_dir(args.out)
+    config = _config(_sizes(cls, args), d=args.d, variant=args.variant, **given)
+    cache = ResultCache(out / f".{name}.runs")
+    result = run(config, progress=True, cache=cache)
+    paths = draw(result, out)  # drawn first: a plotting failure leaves no result half-written
+    saved = result.save(out / f"{name}.json")
+    cache.clear()
+    print(f"wrote {saved}, " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+@_with_threads
+def cmd_figure2(args: argparse.Namespace) -> int:
+    return _figure(args, "figure2", ex.Figure2Config, ex.run_figure2, figures.draw_figure2,
+                   L=_ints(args.L, "--L"), seeds=_ints(args.seeds, "--seeds"), steps=args.steps,
+                   B=_floats(args.B, "--B"), ce_scale=args.ce_scale, lr=args.lr, table3=args.table3)
+
+
+@_with_threads
+def cmd_figure3(args: argparse.Namespace) -> int:
+    return _figure(args, "figure3", ex.Figure3Config, ex.run_figure3, figures.draw_figure3,
+                   L=args.L, seeds=_ints(args.seeds, "--seeds"), steps=args.steps, lr=args.lr)
+
+
+@_with_threads
+def cmd_figure4(args: argparse.Namespace) -> int:
+    return _figure(args, "figure4", ex.Figure4Config, ex.run_figure4, figures.draw_figure4,
+                   L=args.L, steps=args.steps, minibatch_steps=args.minibatch_steps, batch_size=args.batch_size,
+                   lr=args.lr, seed=args.seed)
+
+
+# --- parsers ---------------------------------------------------------------------------------------------
+
+_VARIANT_LIST = ", ".join(VARIANTS)
+
+
+def _parser(sub: Any, name: str, help: str, description: str, func: Any) -> argparse.ArgumentParser:
+    p = sub.add_parser(name, help=help, description=description, formatter_class=HelpFormatter)
+    p.set_defaults(func=func)
+    return p
+
+
+def _add_threads(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threads", type=positive_int, default=1,
+                   help="torch intra-op threads (the toy's tensors are small: more threads rarely help)")
+
+
+def _add_tau_json(p: argparse.ArgumentParser, what: str, tau_help: str = "score scale (default: 1/sqrt(d))",
+                  no_file: str = "print only") -> None:
+    p.add_argument("--tau", type=float, default=None, help=tau_help)
+    p.add_argument("--json", help=f"write {what} here (default: {no_file})")
+
+
+def _add_theory(sub: Any) -> None:
+    p = _parser(sub, "construct", "explicit parameters that count on the full domain, checked",
+                "Build the smallest-norm construction found for one variant at (d, L) and check it on every pair\n"
+                "n + m <= L. The JSON is a parameter file for `countlens toy check --params`, `probe toy` and\n"
+                "`compare --toy`.", cmd_construct)
+    p.add_argument("--variant", required=True, help=f"one of the seven variants: {_VARIANT_LIST}")
+    p.add_argument("--d", type=positive_int, required=True, help="model dimension")
+    p.add_argument("--L", type=int, required=True, help="maximum length: the domain is n, m >= 0, n + m <= L")
+    _add_tau_json(p, "the parameters and their check")
+
+    p = _parser(sub, "check", "full-domain check of a parameter file",
+                "Check rounding-exact counting of a parameter file on every pair n + m <= L; report the worst\n"
+                "pair and its error.", cmd_check)
+    p.add_argument("--params", required=True, help="JSON parameter file (as written by construct or train)")
+    p.add_argument("--L", type=int, required=True, help="maximum length to check")
+    p.add_argument("--json", help="write the check result here (default: print only)")
+
+    p = _parser(sub, "rates", "B_min(L) per variant and log-log slopes (Table 1)",
+                "Table 1, measured: the largest per-vector norm of each variant's checked construction on a\n"
+                "grid of L, the slope of log B_min against log L, and the claimed exponent beside it.", cmd_rates)
+    p.add_argument("--d", type=positive_int, default=ex.RatesConfig.d, help="model dimension")
+    p.add_argument("--L", default=None, help=f"comma-separated lengths {_default(ex.RatesConfig, 'L', None)}; "
+                                             f"the report uses {_shown(ex.RATES_L_REPORT)}")
+    p.add_argument("--variants", default=None, help="comma-separated variants (default: all seven)")
+    _add_tau_json(p, "the rates")
+
+    p = _parser(sub, "lcap", "L_cap(d) of softmax-preln-bare, with the bound that makes it finite",
+                "Table 1's L_cap(d) of bare pre-LN, bracketed: the longest verified construction and the\n"
+                "shortest length no parameters of any norm can count, with the reason in words.", cmd_lcap)
+    p.add_argument("--d", default=None, help=f"comma-separated dimensions {_default(ex.LcapConfig, 'd', None)}")
+    _add_tau_json(p, "the result", tau_help="score scale (default: 1/sqrt(d) per d)")
+
+    p = _parser(sub, "table3", "Table 3: L_max(B), constructed and (with --attained) trained under the cap",
+                "Table 3: the longest length each construction counts at per-vector cap B (checked), beside\n"
+                "the paper's values at d = 16; with --attained also the longest grid length that training\n"
+                "under the cap passes (a lower bound: the grid ends at its last length). Each finished cell\n"
+                "is kept beside --json, so an interrupted run resumes.", cmd_table3)
+    p.add_argument("--d", type=positive_int, default=ex.Table3Config.d, help="model dimension")
+    p.add_argument("--B", default=None, help=f"comma-separated caps {_default(ex.Table3Config, 'B', None)}")
+    _add_tau_json(p, "the table", no_file="print only; no resume")
+    g = p.add_argument_group("attained column (training under the cap)")
+    g.add_argument("--attained", action="store_true", help="also train under each cap B and report the largest "
+                                                           "grid length that passes (a lower bound on L_max)")
+    g.add_argument("--attained-grid", default=None,
+                   help=f"lengths to climb {_default(ex.Table3Config, 'attained_grid', '--attained-full')}")
+    g.add_argument("--attained-seeds", default=None,
+                   help=f"seeds tried per length {_default(ex.Table3Config, 'attained_seeds', '--attained-full')}")
+    g.add_argument("--attained-steps", type=int, default=None,
+                   help=f"L-BFGS steps per run {_default(ex.Table3Config, 'attained_steps', '--attained-full')}")
+    g.add_argument("--attained-full", action="store_true", help="the paper's grid (to 10,000), seeds and steps")
+    _add_threads(p)
+
+    p = _parser(sub, "figure1", "Figure 1: boundary representations h(n, 0), four panels",
+                "Figure 1: h(n, 0) for n = 0..L of the checked constructions of linear, softmax, post-LN and\n"
+                "bare pre-LN (at min(L, L_cap(d))), each in the plane that best holds its points.", cmd_figure1)
+    p.add_argument("--out", required=True, help="output folder (figure1.png, figure1.pdf, figure1.json)")
+    p.add_argument("--d", type=positive_int, default=ex.Figure1Config.d, help="model dimension")
+    p.add_argument("--L", type=int, default=ex.Figure1Config.L, help="largest count n drawn")
+
+
+def _add_train(sub: Any) -> None:
+    p = _parser(sub, "train", "train the toy model from random initialisation",
+                "Train one toy model and write final metrics, the log and the parameters (readable by\n"
+                "`countlens toy check --params`). A checkpoint is saved as it goes; an existing one resumes.",
+                cmd_train)
+    p.add_argument("--variant", required=True, choices=VARIANTS, help="the model variant")
+    p.add_argument("--readout", default="regression", choices=READOUTS, help="the read-out head")
+    p.add_argument("--d", type=positive_int, default=16, help="model dimension")
+    p.add_argument("--L", type=int, required=True, help="maximum length: the domain is n, m >= 0, n + m <= L")
+    p.add_argument("--tau", type=float, default=None, help="score scale (default: 1/sqrt(d))")
+    p.add_argument("--optimizer", default=TrainConfig.optimizer, help=f"one of {', '.join(OPTIMIZERS)}")
+    p.add_argument("--steps", type=int, default=TrainConfig.steps, help="optimiser steps (L-BFGS iterations)")
+    p.add_argument("--seed", type=int, default=TrainConfig.seed, help=f"initialisation and train/test split seed (default: {TrainConfig.seed})")
+    p.add_argument("--cap", type=float, default=None, help="per-vector norm bound B, enforced by projection "
+                                                           "(default: uncapped)")
+    p.add_argument("--lr", type=float, default=None, help="learning rate (default: 1 for L-BFGS, 1e-2 for Adam)")
+    p.add_argument("--batch-size", type=int, default=TrainConfig.batch_size, help="adam-minibatch: pairs per batch")
+    p.add_argument("--test-fraction", type=float, default=TrainConfig.test_fraction,
+                   help="share of the domain's pairs held out (IID) for test exact accuracy")
+    p.add_argument("--log-every", type=int, default=TrainConfig.log_every, help="steps between log entries")
+    p.add_argument("--stop-when-passed", action="store_true", help="stop once the full-domain check passes")
+    p.add_argument("--init-scale", type=float, default=TrainConfig.init_scale,
+                   help="norm of every initial vector (approximately)")
+    p.add_argument("--ce-scale", type=float, default=TrainConfig.ce_scale,
+                   help="classification: cross-entropy on this multiple of the scores (loss temperature only)")
+    p.add_argument("--checkpoint", default=None, help="checkpoint file (default: hidden file beside --json, "
+                                                      "removed after success); an existing one is resumed")
+    p.add_argument("--checkpoint-every", type=int, default=50, help="steps between checkpoints (0: only at the end)")
+    p.add_argument("--json", required=True, help="output JSON")
+    _add_threads(p)
+
+    p = _parser(sub, "table2", "Table 2: trained softmax (no LN), exact accuracy and worst error",
+                "Table 2: train softmax without LN at each d and L for each seed; report test exact accuracy\n"
+                "and full-domain worst error, mean [min, max] over seeds. Finished runs are kept beside\n"
+                "--json, so an interrupted run resumes.", cmd_table2)
+    p.add_argument("--d", default=None, help=f"comma-separated dimensions {_default(ex.Table2Config, 'd')}")
+    p.add_argument("--L", default=None, help=f"comma-separated lengths {_default(ex.Table2Config, 'L')}")
+    p.add_argument("--seeds", default=None, help=f"comma-separated seeds {_default(ex.Table2Config, 'seeds')}")
+    p.add_argument("--steps", type=int, default=None, help=f"optimiser steps per run {_default(ex.Table2Config, 'steps')}")
+    p.add_argument("--optimizer", default=ex.Table2Config.optimizer, help=f"one of {', '.join(OPTIMIZERS)}")
+    p.add_argument("--lr", type=float, default=None, help="learning rate (default: 1 for L-BFGS, 1e-2 for Adam)")
+    p.add_argument("--full", action="store_true", help="the paper's sizes (long: see BENCHMARKS.md)")
+    p.add_argument("--json", required=True, help="output JSON")
+    _add_threads(p)
+
+
+def _figure_parser(sub: Any, name: str, help: str, description: str, func: Any,
+                   cls: Any) -> argparse.ArgumentParser:
+    """A figure command's parser with the options every figure has (defaults from ``cls``)."""
+    p = _parser(sub, name, help, description, func)
+    p.add_argument("--out", required=True, help=f"output folder ({name}.json, {name}.png, {name}.pdf)")
+    p.add_argument("--variant", default=cls.variant, choices=VARIANTS, help="the model variant")
+    p.add_argument("--d", type=positive_int, default=cls.d, help="model dimension")
+    p.add_argument("--full", action="store_true", help="the paper's sizes (long: see BENCHMARKS.md)")
+    _add_threads(p)
+    return p
+
+
+def _add_lbfgs_runs(p: argparse.ArgumentParser, cls: Any) -> None:
+    p.add_argument("--seeds", default=None, help=f"comma-separated seeds {_default(cls, 'seeds')}")
+    p.add_argument("--steps", type=int, default=None, help=f"L-BFGS steps per run {_default(cls, 'steps')}")
+    p.add_argument("--lr", type=float, default=None, help="L-BFGS initial step length (default: 1)")
+
+
+def _add_figures(sub: Any) -> None:
+    cls = ex.Figure2Config
+    p = _figure_parser(sub, "figure2", "Figure 2: regression vs classification read-out costs",
+                "Figure 2: both read-outs trained by L-BFGS at each L (panels a-c, beside the classifier\n"
+                "construction) and L_max under caps B (panel d: Table 3's attained and constructed columns).\n"
+                "Finished runs are kept in OUT/.figure2.runs until the figure is written.", cmd_figure2, cls)
+    p.add_argument("--L", default=None, help=f"lengths for panels a-c {_default(cls, 'L')}")
+    _add_lbfgs_runs(p, cls)
+    p.add_argument("--B", default=None, help=f"caps for panel d {_default(cls, 'B')}")
+    p.add_argument("--table3", default=None, help="reuse a `countlens toy table3 --attained --json` result "
+                                                  "for panel d instead of training (default: train here)")
+    p.add_argument("--ce-scale", type=float, default=None, help="classifier loss temperature (default: L)")
+
+    cls = ex.Figure3Config
+    p = _figure_parser(sub, "figure3", "Figure 3: training dynamics of softmax, 3 seeds",
+                "Figure 3: L-BFGS training of the regression model per seed: held-out exact accuracy, the\n"
+                "parameter and score scales normalised by the theory's rates, and the high/low spacing ratio.",
+                cmd_figure3, cls)
+    p.add_argument("--L", type=int, default=None, help=f"maximum length {_default(cls, 'L')}")
+    _add_lbfgs_runs(p, cls)
+
+    cls = ex.Figure4Config
+    p = _figure_parser(sub, "figure4", "Figure 4: mini-batch vs full-batch Adam",
+                "Figure 4: full-batch Adam vs mini-batch Adam from the same initialisation and split. The\n"
+                "mini-batch run takes more updates, as in the paper: each update sees one batch, not the\n"
+                "whole training split.", cmd_figure4, cls)
+    p.add_argument("--L", type=int, default=None, help=f"maximum length {_default(cls, 'L')}")
+    p.add_argument("--steps", type=int, default=None, help=f"full-batch Adam updates {_default(cls, 'steps')}")
+    p.add_argument("--minibatch-steps", type=int, default=None,
+                   help=f"mini-batch Adam updates {_default(cls, 'minibatch_steps')}")
+    p.add_argument("--batch-size", type=int, default=None, help=f"pairs per mini-batch {_default(cls, 'batch_size')}")
+    p.add_argument("--lr", type=float, default=None, help=f"Adam learning rate {_default(cls, 'lr')}")
+    p.add_argument("--seed", type=int, default=cls.seed, help=f"initialisation and split seed (default: {cls.seed})")
+
+
+def register(subparsers: Any) -> None:
     """Add ``countlens toy`` and its subcommands."""
-    toy = subparsers.add_parser("toy", help="the toy theory: constructions, full-domain checks, norm budgets")
+    toy = subparsers.add_parser(
+        "toy", help="the toy theory: constructions, full-domain checks, norm budgets, training",
+        formatter_class=HelpFormatter,
+        description="The toy theory: one attention layer counting up to L, exactly and checkably.\n"
+                    "Tables 1-3 and Figures 1-4; every command has reduced default sizes and, where it\n"
+                    "trains, --full for the paper's.")
     sub = toy.add_subparsers(dest="toy_command", metavar="SUBCOMMAND", parser_class=type(toy))
     sub.required = True
-
-    p = sub.add_parser("construct", help="explicit parameters that count on the full domain, checked")
-    p.add_argument("--variant", required=True, help="one of the seven variants (SPEC §1)")
-    p.add_argument("--d", type=_positive_int, required=True, help="model dimension")
-    p.add_argument("--L", type=_positive_int, required=True, help="maximum length")
-    p.add_argument("--tau", type=float, default=None, help="score scale (default 1/sqrt(d))")
-    p.add_argument("--json", help="write the parameters and their check here")
-    p.set_defaults(func=cmd_construct)
-
-    p = sub.add_parser("check", help="full-domain check of a parameter file")
-    p.add_argument("--params", required=True, help="JSON parameter file (as written by construct or train)")
-    p.add_argument("--L", type=_positive_int, required=True, help="maximum length to check")
-    p.add_argument("--json", help="write the check result here")
-    p.set_defaults(func=cmd_check)
-
-    p = sub.add_parser("rates", help="B_min(L) per variant and log-log slopes (Table 1)")
-    p.add_argument("--d", type=_positive_int, default=16)
-    p.add_argument("--L", default="10,30,100,300,1000", help="comma-separated lengths")
-    p.add_argument("--variants", default=None, help="comma-separated variants (default: all)")
-    p.add_argument("--tau", type=float, default=None)
-    p.add_argument("--json", help="write the rates here")
-    p.set_defaults(func=cmd_rates)
-
-    p = sub.add_parser("lcap", help="L_cap(d) of softmax-preln-bare, with the bound that makes it finite")
-    p.add_argument("--d", default="3,4,8,16", help="comma-separated dimensions")
-    p.add_argument("--tau", type=float, default=None, help="score scale (default 1/sqrt(d) per d)")
-    p.add_argument("--json", help="write the result here")
-    p.set_defaults(func=cmd_lcap)
-
-    p = sub.add_parser("table3", help="Table 3's constructed L_max(B) columns")
-    p.add_argument("--d", type=_positive_int, default=16)
-    p.add_argument("--B", default="10,30,100,300,1000", help="comma-separated caps")
-    p.add_argument("--tau", type=float, default=None)
-    p.add_argument("--json", help="write the table here")
-    if train_cli is not None and hasattr(train_cli, "add_table3_attained_args"):
-        train_cli.add_table3_attained_args(p)  # adds --attained and its own flags
-    else:
-        p.add_argument("--attained", action="store_true", help="also train under each cap (needs train_cli)")
-    p.set_defaults(func=cmd_table3)
-
-    p = sub.add_parser("figure1", help="Figure 1: boundary representations h(n, 0), four panels")
-    p.add_argument("--out", required=True, help="output folder (figure1.png, figure1.pdf, figure1.json)")
-    p.add_argument("--d", type=_positive_int, default=16)
-    p.add_argument("--L", type=_positive_int, default=20)
-    p.set_defaults(func=cmd_figure1)
-
-    if train_cli is not None:
-        train_cli.register(sub)
+    _add_theory(sub)
+    _add_train(sub)
+    _add_figures(sub)

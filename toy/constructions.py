@@ -68,10 +68,10 @@ def validate(variant: str, L: int, d: int) -> None:
     if variant not in VARIANTS:
         raise UsageError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}")
     if int(L) < 1:
-        raise UsageError(f"--L must be >= 1, got {L}")
+        raise UsageError(f"L must be >= 1, got {L}")
     need = min_dimension(variant)
     if int(d) < need:
-        raise UsageError(f"--d must be >= {need} for {variant} (LayerNorm needs two centred directions)")
+        raise UsageError(f"d must be >= {need} for {variant} (LayerNorm needs two centred directions)")
 
 
 def directions(d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:

@@ -13,8 +13,6 @@ Every probe and geometry command therefore runs on toy parameters — constructe
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -22,9 +20,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from countlens.store import ActivationWriter, read_meta
 from countlens.errors import UsageError
-from countlens.io import provenance
+from countlens.io import config_digest, provenance
+from countlens.store import ActivationWriter, read_meta
 from countlens.toy.model import ToyConfig, ToyParams, attention_output, boundary_representation, full_domain
 
 LOCATIONS = ("attn_out", "h")
@@ -61,17 +59,17 @@ def export_toy_activations(cfg: ToyConfig, params: ToyParams, out_dir: str | os.
                            seed: int = 0, progress: bool = False) -> Path:
     """Write ``attn_out`` and ``h`` at every admissible pair up to ``L`` (default ``cfg.L``) as a capture
     folder; return the folder. A finished folder with the same settings is left as it is (resume);
-    one with other settings raises :class:`UsageError`.
+    one with other settings is refused by :class:`countlens.store.ActivationWriter` (through
+    :func:`countlens.cache.refuse_other_settings`).
     """
     L = int(cfg.L if L is None else L)
     if L < 1:
-        raise UsageError(f"--L must be >= 1, got {L}")
+        raise UsageError(f"L must be >= 1, got {L}")
     cfg = cfg.with_L(L)
     out_dir = Path(out_dir)
     param_dict = params.to_dict(cfg)
-    digest = hashlib.sha256(json.dumps(param_dict, sort_keys=True).encode()).hexdigest()[:16]
     settings = {"variant": cfg.variant, "d": cfg.d, "tau": cfg.tau, "eps": cfg.eps, "L": L, "seed": int(seed),
-                "params_sha256": digest}
+                "params_sha256": config_digest(param_dict, length=16)}
     meta = {"model": "toy", "source": "toy", "locations": list(LOCATIONS), "d": cfg.d, "dtype": "float64",
             "L": L, "variant": cfg.variant, "settings": settings, "params": param_dict,
             "provenance": provenance(settings)}

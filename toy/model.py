@@ -1,4 +1,4 @@
-"""The toy model of SPEC §1: one attention layer counting, evaluated on count pairs.
+"""The toy model (docs/definitions.md §1): one attention layer counting, evaluated on count pairs.
 
 Input is one boundary token ``b`` (the read-out position, attending to itself), ``n`` counted tokens ``s``
 and ``m`` distractors ``l``. There are no positional encodings and no W_Q, W_K, W_V: each (possibly
@@ -61,9 +61,9 @@ class ToyConfig:
         if self.readout not in READOUTS:
             raise UsageError(f"unknown read-out {self.readout!r}; choose regression or classification")
         if int(self.d) < 1:
-            raise UsageError(f"--d must be >= 1, got {self.d}")
+            raise UsageError(f"d must be >= 1, got {self.d}")
         if int(self.L) < 1:
-            raise UsageError(f"--L must be >= 1, got {self.L}")
+            raise UsageError(f"L must be >= 1, got {self.L}")
         if self.tau is None:
             object.__setattr__(self, "tau", 1.0 / math.sqrt(self.d))
         if not (self.tau > 0 and math.isfinite(self.tau)):

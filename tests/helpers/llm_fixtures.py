@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers.model_families import BY_NAME, build_family_model
 from tests.helpers.tiny_models import ARCHS, build_tiny_chat_model, smollm2_tokenizer_dir
 
 
@@ -29,3 +30,17 @@ def tiny_models(tmp_path_factory, smollm2_tokenizer):
 def tiny_model_dir(tiny_models):
     """The tiny Llama chat model's folder."""
     return tiny_models["llama"]
+
+
+@pytest.fixture(scope="session")
+def family_model(tmp_path_factory, smollm2_tokenizer):
+    """``family_model(name)``: the folder of the tiny random model of a conformance-matrix family
+    (see :mod:`tests.helpers.model_families`), built on first use."""
+    root = tmp_path_factory.mktemp("families")
+    built = {}
+
+    def get(name: str):
+        if name not in built:
+            built[name] = build_family_model(root / name, BY_NAME[name], seed=0, smollm2_dir=smollm2_tokenizer)
+        return built[name]
+    return get

@@ -15,6 +15,8 @@ import tempfile
 from pathlib import Path
 
 ARCHS = ("llama", "qwen2", "gpt2")
+# Every architecture tiny_config builds (the conformance matrix's).
+TINY_ARCHS = ("llama", "qwen2", "qwen3", "gemma2", "gemma3_text", "mistral", "phi3", "gpt2", "gpt_neox", "olmo2")
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _TOKENIZER_CACHE: dict[str, Path] = {}
 
@@ -47,21 +49,24 @@ def smollm2_tokenizer_dir(cache_dir: str | Path | None = None) -> Path:
 
 
 def tiny_config(arch: str, vocab_size: int, bos: int, eos: int, pad: int):
-    """A 2-block, width-32 config of the given architecture with room for 1,024 tokens."""
-    from transformers import GPT2Config, LlamaConfig, Qwen2Config
+    """A 2-block, width-32 config of ``arch`` (a ``transformers`` model type) with room for 1,024 tokens."""
+    from transformers import AutoConfig
 
     common = dict(vocab_size=vocab_size, bos_token_id=bos, eos_token_id=eos, pad_token_id=pad)
-    if arch == "llama":
-        return LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                           num_key_value_heads=2, max_position_embeddings=1024, tie_word_embeddings=True,
-                           **common)
-    if arch == "qwen2":
-        return Qwen2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                           num_key_value_heads=2, max_position_embeddings=1024, tie_word_embeddings=True,
-                           **common)
     if arch == "gpt2":
-        return GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=1024, n_inner=64, **common)
-    raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
+        return AutoConfig.for_model("gpt2", n_embd=32, n_layer=2, n_head=4, n_positions=1024, n_inner=64, **common)
+    sizes = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                 max_position_embeddings=1024)
+    if arch == "gpt_neox":
+        return AutoConfig.for_model(arch, **sizes, **common)
+    extra: dict = dict(num_key_value_heads=2, tie_word_embeddings=True)
+    if arch in ("gemma2", "gemma3_text"):
+        extra.update(head_dim=8, sliding_window=16)  # shorter than the prompts: the local layers really slide
+    if arch == "mistral":
+        extra.update(sliding_window=None)
+    if arch not in TINY_ARCHS:
+        raise ValueError(f"arch must be one of {TINY_ARCHS}, got {arch!r}")
+    return AutoConfig.for_model(arch, **sizes, **extra, **common)
 
 
 def build_tiny_chat_model(path: str | Path, arch: str = "llama", seed: int = 0,

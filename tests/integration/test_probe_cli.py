@@ -169,3 +169,29 @@ def test_sweep_and_toy_acts_bad_input(tmp_path, capsys):
     code, _, err = _run(["probe", "toy-acts", "--params", str(tmp_path / "p.json"), "--out", str(tmp_path / "t")],
                         capsys)
     assert code == 2 and "pass --L" in err
+
+
+def test_help_shows_required_flags_defaults_and_why_the_grids_differ(capsys):
+    with pytest.raises(SystemExit):
+        main(["probe", "--help"])
+    text = capsys.readouterr().out
+    assert "usage: countlens probe --acts DIR --out DIR" in text and "required:\n  --acts DIR" in text
+    assert "1e-6:1e4:41" in text and "1e-6:1e6:49" in text and "differ on purpose" in text
+    for flag in ("--seeds", "--split", "--classifier-C", "--blas-threads"):
+        assert flag in text
+    assert text.count("(default:") >= 8
+    with pytest.raises(SystemExit):
+        main(["probe", "sweep", "--help"])
+    text = capsys.readouterr().out
+    assert text.startswith("usage: countlens probe sweep") and "(default: 1e-6:1e6:49)" in text
+
+
+def test_a_finished_probe_run_leaves_no_resume_files(tmp_path, capsys):
+    acts_dir, _, _ = _synthetic_capture(tmp_path / "acts", rows=120)
+    out = tmp_path / "out"
+    code, stdout, _ = _run(["probe", "--acts", str(acts_dir), "--alphas", "1e-2:1e2:5", "--seeds", "0",
+                            "--out", str(out)], capsys)
+    assert code == 0 and "(after block 2;" in stdout and "train/validation/test 72/24/24" in stdout
+    assert not (out / "partial").exists()
+    assert json.loads((out / "probes.json").read_text())["config"]["split_sizes"] == {
+        "train": 72, "validation": 24, "test": 24}

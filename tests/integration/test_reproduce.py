@@ -8,28 +8,24 @@ import subprocess
 
 import pytest
 
-from countlens.analysis.report import build_stages, run_command
 from countlens.cli import main
-from tests.helpers.llm_fixtures import smollm2_tokenizer  # noqa: F401 - session fixture
+from countlens.errors import UsageError
+from countlens.reproduce import Stage, build_stages, run_stage
 from tests.helpers.report_checks import check_report
-from tests.helpers.tiny_models import build_tiny_chat_model
 
 PNG = b"\x89PNG\r\n\x1a\n"
 FIGURES = ("toy-figure1", "toy-figure2", "toy-figure3", "toy-figure4", "geometry", "probe", "probe-sweep",
            "compare")
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory, smollm2_tokenizer):  # noqa: F811
-    return build_tiny_chat_model(tmp_path_factory.mktemp("model") / "llama", "llama",
-                                 tokenizer_dir=smollm2_tokenizer)
+@pytest.fixture
+def tiny_model(tiny_chat_model):
+    return tiny_chat_model
 
 
-@pytest.fixture(scope="module")
-def report(tmp_path_factory, tiny_model):
-    out = tmp_path_factory.mktemp("report") / "r"
-    code = main(["reproduce", "--preset", "test", "--model", str(tiny_model), "--out", str(out)])
-    return out, code
+@pytest.fixture
+def report(test_preset_report):
+    return test_preset_report
 
 
 @pytest.mark.slow
@@ -89,9 +85,15 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
     assert body(copy)["broken-images"] == "1"
 
 
-def test_failing_stage_is_named_and_others_kept(tmp_path, capsys):
+def test_failing_stage_is_named_and_others_kept(tmp_path, capsys, tiny_model):
+    # A model whose tokenizer and config are fine (so the checks before the first stage pass) but whose
+    # weights are broken: the capture stage itself fails.
+    broken = tmp_path / "broken-model"
+    shutil.copytree(tiny_model, broken)
+    for weights in broken.glob("*.safetensors"):
+        weights.write_bytes(b"not a safetensors file")
     out = tmp_path / "r"
-    code = main(["reproduce", "--preset", "test", "--model", str(tmp_path / "no-such-model"), "--out", str(out),
+    code = main(["reproduce", "--preset", "test", "--model", str(broken), "--out", str(out),
                  "--stages", "capture,geometry"])
     assert code == 1
     summary = json.loads((out / "reproduce.json").read_text())
@@ -102,31 +104,48 @@ def test_failing_stage_is_named_and_others_kept(tmp_path, capsys):
     assert (out / "index.html").is_file() and not (out / "capture" / "stage.json").exists()
 
 
-def test_missing_command_fails_clearly(tmp_path):
-    code, reason = run_command(["toy", "no-such-command", "--x"], tmp_path / "error.log")
-    assert code == 2 and reason.startswith("command not available: countlens toy no-such-command")
+def test_an_unknown_model_is_refused_before_any_stage(tmp_path, capsys):
+    out = tmp_path / "r"
+    code = main(["reproduce", "--preset", "test", "--model", str(tmp_path / "no-such-model"), "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("countlens: error:"), err
+    assert not out.exists()
+
+
+def _stage(run, outputs=("result.json",)):
+    return Stage("s", "a stage", {"x": 1}, run, outputs)
+
+
+def test_a_stage_that_writes_nothing_fails_clearly(tmp_path):
+    record = run_stage(tmp_path, _stage(lambda config: None))
+    assert record["status"] == "failed" and record["reason"] == "the stage finished but did not write result.json"
 
 
 def test_stage_plan_covers_every_figure_and_table(tmp_path):
-    stages = {s.name: s for s in build_stages(tmp_path, "quick", "default", [])}
+    stages = {s.name: s for s in build_stages(tmp_path, "quick", {"model": "default"})}
     assert set(FIGURES) | {"toy-rates", "toy-lcap", "toy-table2", "toy-table3", "capture"} <= set(stages)
     assert stages["compare"].needs == ["capture", "toy-construct"]
     assert main(["reproduce", "--out", str(tmp_path / "x"), "--stages", "nope"]) == 2
 
 
-def test_crashing_command_is_logged_and_ctrl_c_stops_the_run(tmp_path, monkeypatch):
-    import countlens.cli
-
-    def boom(argv):
+def test_crashing_stage_is_logged_and_ctrl_c_stops_the_run(tmp_path):
+    def boom(config):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(countlens.cli, "main", boom)
-    code, reason = run_command(["geometry", "--acts", "x", "--out", "y"], tmp_path / "error.log")
-    assert code == 1 and reason.startswith("RuntimeError: boom")
-    assert "Traceback" in (tmp_path / "error.log").read_text()
-    monkeypatch.setattr(countlens.cli, "main", lambda argv: 130)
+    record = run_stage(tmp_path, _stage(boom))
+    assert record["status"] == "failed" and record["reason"].startswith("RuntimeError: boom")
+    assert "Traceback" in (tmp_path / "s" / "error.log").read_text()
+
+    def refused(config):
+        raise UsageError("L must be >= 1")
+
+    assert run_stage(tmp_path, _stage(refused))["reason"] == "L must be >= 1"
+
+    def interrupted(config):
+        raise KeyboardInterrupt
+
     with pytest.raises(KeyboardInterrupt):
-        run_command(["geometry", "--acts", "x", "--out", "y"], tmp_path / "error.log")
+        run_stage(tmp_path, _stage(interrupted))
 
 
 @pytest.mark.slow

@@ -6,7 +6,9 @@ import sys
 
 import pytest
 
+from countlens.cache import ResultCache
 from countlens.cli import main
+from countlens.toy.experiments import l_max_cache_key
 
 
 def run(argv):
@@ -60,10 +62,8 @@ def test_lcap_json_and_reason(tmp_path, capsys):
 def test_table3_prints_writes_and_resumes(tmp_path, capsys):
     out = tmp_path / "t.json"
     # an interrupted earlier run left the softmax row: it is reused, not recomputed
-    tau = 0.25
-    key = f"d=16|tau={tau!r}|softmax|B={10.0!r}"
-    (tmp_path / "t.json.partial").write_text(json.dumps({key: {
-        "variant": "softmax", "B": 10.0, "d": 16, "L": 999, "max_norm": 9.0, "worst_error": 0.4}}))
+    ResultCache(tmp_path / ".t.json.runs").put(l_max_cache_key("softmax", 10.0, 16, 0.25), {
+        "variant": "softmax", "B": 10.0, "d": 16, "L": 999, "max_norm": 9.0, "worst_error": 0.4})
     assert run(["table3", "--d", "16", "--B", "10", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     assert set(data["variants"]) == {"softmax", "softmax-postln-bare", "softmax-postln-learned"}

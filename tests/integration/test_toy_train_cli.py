@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import numpy as np
@@ -10,9 +9,9 @@ import pytest
 
 from countlens.cli import main
 from countlens.toy.check import full_domain_check
+from countlens.toy.experiments import Table3Config, attained_column
+from countlens.toy.figures import plot_figure2, plot_figure3, plot_figure4
 from countlens.toy.model import ToyParams
-from countlens.toy.train_cli import add_table3_attained, add_table3_attained_args
-from countlens.toy.train_figures import plot_figure2, plot_figure3, plot_figure4
 
 
 def toy(*argv: str) -> int:
@@ -95,13 +94,8 @@ def test_table2_summaries_are_over_the_runs(tmp_path, capsys):
 
 
 def test_table3_attained_column_is_a_rechecked_lower_bound():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--d", type=int, default=8)
-    add_table3_attained_args(parser)
-    args = parser.parse_args(["--attained", "--attained-grid", "3,6,12", "--attained-steps", "60"])
-    table = {"variants": {"softmax": {"B": [1.0, 40.0], "l_max": [0, 30]}}}
-    out = add_table3_attained(table, args)
-    row = out["variants"]["softmax"]
+    config = Table3Config(d=8, B=(1.0, 40.0), attained=True, attained_grid=(3, 6, 12), attained_steps=60)
+    row = {"B": list(config.B), **attained_column("softmax", config)}
     assert len(row["attained"]) == len(row["B"]) == len(row["attained_next_failing"])
     for B, att, nxt, runs in zip(row["B"], row["attained"], row["attained_next_failing"], row["attained_runs"],
                                  strict=True):

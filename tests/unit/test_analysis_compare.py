@@ -2,7 +2,9 @@
 
 import numpy as np
 
-from countlens.analysis.compare import CompareResult, probe_norm_needed
+from countlens.analysis.compare import probe_norm_needed
+from countlens.analysis.experiments import CompareResult
+from countlens.probes.splits import split_rows
 from countlens.analysis.html_report import format_value, lookup
 
 
@@ -17,8 +19,27 @@ def test_probe_norm_of_a_rank_one_count_code():
     out = probe_norm_needed(X, n)
     assert out["probe_norm"] is not None
     assert (1 - 1 / 40) * 2.0 <= out["probe_norm"] <= 2.0 + 1e-9
-    assert out["probe_best_acc"] == 1.0
-    assert out["n_test"] == 80 and out["n_train"] == 320
+    assert out["probe_best_acc"] == 1.0 and out["probe_norm_test_acc"] == 1.0
+    assert (out["n_train"], out["n_val"], out["n_test"]) == (240, 80, 80)
+
+
+def test_probe_accuracy_is_validation_selected_and_test_scored():
+    # A weak count signal: the probe reported must be the one chosen on validation rows, scored on test
+    # rows — not the best test score along the path.
+    from countlens.probes import RidgePathProbe, rounded_accuracy
+    from countlens.analysis.compare import REL_ALPHAS
+
+    rng = np.random.default_rng(2)
+    n = rng.integers(0, 30, size=300).astype(float)
+    X = np.outer(n, rng.normal(size=8)) * 0.05 + rng.normal(size=(300, 8))
+    out = probe_norm_needed(X, n)
+    train, val, test = split_rows(300, 0)
+    probe = RidgePathProbe(REL_ALPHAS, standardize=False, relative=True, refit=False).fit(
+        X[train], n[train], X[val], n[val])
+    assert out["probe_best_acc"] == rounded_accuracy(n[test], probe.predict(X[test]))
+    path_test = [rounded_accuracy(n[test], X[test] @ w + b)
+                 for w, b in zip(probe.coef_path_, probe.intercept_path_, strict=True)]
+    assert out["probe_best_acc"] <= max(path_test)
 
 
 def test_probe_norm_not_reached_on_noise():
@@ -48,3 +69,44 @@ def test_format_value_and_lookup():
     assert format_value(None) == "—"
     assert format_value(True) == "yes"
     assert lookup({"a": [{"b": 3}]}, ["a", 0, "b"]) == 3
+
+
+def _compare_result():
+    pca = {"counts": [1, 2, 3], "coords": [[-1.0, 0.0], [0.0, 0.1], [1.0, 0.0]], "explained_variance_ratio": [0.9, 0.1]}
+    rows = [
+        {"label": "softmax-postln-learned", "kind": "toy", "gap_ratio": 1.0, "erank_ratio": 1.0, "arc_angle": 0.0,
+         "probe_norm": 3.0, "probe_best_acc": 1.0, "readout_norm": 3.5, "pca": pca},
+        {"label": "linear", "kind": "toy", "gap_ratio": 1.0, "erank_ratio": 1.0, "arc_angle": 2e-8,
+         "probe_norm": 1.0, "probe_best_acc": 1.0, "readout_norm": 1.2, "pca": pca},
+        {"label": "LLM after block 1", "kind": "llm", "gap_ratio": 0.5, "erank_ratio": 1.2, "arc_angle": 1.3,
+         "probe_norm": None, "probe_best_acc": 0.4, "readout_norm": None, "pca": pca},
+    ]
+    return CompareResult(rows=rows, low_window=[1, 10], high_window=[91, 100], arc_counts=[1, 100],
+                         pca_counts=[1, 100], probe={"rel_alphas": [0.0, 1e-14, 1.0, 100.0]})
+
+
+def test_compare_figure_shows_zero_angles_axes_and_what_was_tried():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from countlens.analysis.figures import plot_compare
+
+    fig = plot_compare(_compare_result())
+    fig.canvas.draw()
+    axes = {ax.get_title(): ax for ax in fig.axes}
+    angle = axes["endpoint angle"]
+    assert angle.get_xscale() == "linear" and angle.get_xlim()[0] == 0.0  # an exact zero is on the axis
+    assert "0" in [t.get_text() for t in angle.texts]  # and labelled as such
+    assert "rad" in angle.get_xlabel()
+    probe = axes["probe norm for exact counting"]
+    assert probe.get_xlabel() and "not reached" in " ".join(t.get_text() for t in probe.texts)
+    assert "1e-14" in " ".join(t.get_text() for t in probe.texts)  # says what was tried
+    pca_axes = [ax for ax in fig.axes if ax.get_xlabel().startswith("PC1")]
+    assert len(pca_axes) == 3 and all(ax.get_ylabel().startswith("PC2") and ax.get_xticks().size for ax in pca_axes)
+    assert any(ax.get_ylabel() == "count $n$" for ax in fig.axes)  # the colour bar
+    legend = probe.get_legend()
+    if legend is not None:  # the legend never covers a drawn value
+        box = legend.get_window_extent()
+        points = probe.transData.transform([(float(r["readout_norm"]), i) for i, r in
+                                            enumerate(_compare_result().rows) if r["readout_norm"]])
+        assert not any(box.contains(x, y) for x, y in points)

@@ -6,7 +6,7 @@ from scipy.stats import ortho_group
 from sklearn.decomposition import PCA
 
 from countlens.analysis import geometry as g
-from countlens.analysis.layerwise import centroids_from_arrays, compute_geometry, default_pca_locations
+from countlens.analysis.layerwise import centroids_from_arrays, compute_geometry
 from countlens.errors import UsageError
 
 
@@ -81,13 +81,13 @@ def test_window_needs_every_count_and_names_those_present():
     assert g.describe_counts([9, 1, 2, 3, 7]) == "1:3, 7, 9"
 
 
-def test_arc_angle_known_and_tiny_angles():
+def test_endpoint_angle_known_and_tiny_angles():
     counts = np.arange(1, 4)
     for theta in (1e-7, 2e-4, 0.5, 1.7, 3.0):
         a = np.array([2.0, 0.0, 0.0])
         b = 5.0 * np.array([np.cos(theta), np.sin(theta), 0.0])
         C = np.stack([a, (a + b) / 2, b])
-        assert g.arc_angle(counts, C, (1, 3)) == pytest.approx(theta, rel=1e-9)
+        assert g.endpoint_angle(counts, C, (1, 3)) == pytest.approx(theta, rel=1e-9)
 
 
 def test_pca_2d_matches_sklearn():
@@ -112,7 +112,7 @@ def _synthetic(seeds=(0, 1, 2), counts=range(0, 16), reps=3, L=3, d=5):
 def test_compute_geometry_per_seed_matches_loops():
     acts, n, seed = _synthetic()
     cs = centroids_from_arrays(acts, n, seed, ["embed", "b0", "b1"])
-    res = compute_geometry(cs, (1, 4), (10, 14), (1, 14), [0, 2])
+    per_location, pca = compute_geometry(cs, (1, 4), (10, 14), (1, 14), [0, 2])
     for li in range(3):
         gaps, ranks = [], []
         for s in (0, 1, 2):
@@ -121,13 +121,13 @@ def test_compute_geometry_per_seed_matches_loops():
             hi = np.mean([np.linalg.norm(C[k + 1] - C[k]) for k in range(10, 14)])
             gaps.append(hi / lo)
             ranks.append(erank_direct(C[10:15]) / erank_direct(C[1:5]))
-        row = res.per_location[li]
+        row = per_location[li]
         assert row["gap_ratio"] == pytest.approx(np.mean(gaps), rel=1e-10)
         assert row["gap_ratio_min"] == pytest.approx(min(gaps), rel=1e-10)
         assert row["erank_ratio_max"] == pytest.approx(max(ranks), rel=1e-8)
         assert row["gap_ratio_per_seed"]["1"] == pytest.approx(gaps[1], rel=1e-10)
-    assert [p["index"] for p in res.pca] == [0, 2]
-    assert res.pca[0]["counts"] == list(range(1, 15))
+    assert [p["index"] for p in pca] == [0, 2]
+    assert pca[0]["counts"] == list(range(1, 15))
 
 
 def test_compute_geometry_bad_input():
@@ -142,6 +142,12 @@ def test_compute_geometry_bad_input():
         centroids_from_arrays(acts, one, seed, ["a", "b", "c"])
 
 
-def test_default_pca_locations():
-    assert default_pca_locations(31) == [0, 1, 15, 30]
-    assert default_pca_locations(2) == [0, 1]
+def test_grouped_sums_match_loops_for_pair_keys():
+    rng = np.random.default_rng(7)
+    keys = np.stack([rng.integers(0, 3, 90), rng.integers(0, 5, 90)], axis=1)
+    values = rng.normal(size=(90, 2, 3))
+    uniq, sums, sizes = g.grouped_sums(values, keys)
+    for key, total, size in zip(uniq, sums, sizes, strict=True):
+        rows = np.all(keys == key, axis=1)
+        assert size == rows.sum()
+        np.testing.assert_allclose(total, values[rows].sum(axis=0), rtol=1e-12)

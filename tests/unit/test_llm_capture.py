@@ -1,9 +1,5 @@
-"""Boundary capture on tiny random models vs an independent ``output_hidden_states`` forward.
-
-Reference: each prompt alone (no padding) through ``model(..., output_hidden_states=True)``; location l < last
-must equal ``hidden_states[l]`` at the last position. Hugging Face's last hidden state has the final norm
-applied, so the captured raw output of the last block is checked through that norm instead.
-Tolerance 1e-5 (float32); the observed error is ~1e-7.
+"""Boundary capture on tiny random models vs an independent ``output_hidden_states`` forward
+(:mod:`tests.helpers.hidden_states`). Tolerance 1e-5 (float32); the observed error is ~1e-7.
 """
 
 import numpy as np
@@ -12,37 +8,13 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from countlens.llm import acts_array, capture_meta, load_capture
-from countlens.llm.capture import BoundaryCapture, capture, find_blocks, location_names, pad_batch
+from countlens.llm.capture import BoundaryCapture, find_blocks, pad_batch
+from countlens.llm.experiments import CaptureConfig, run_capture
 from countlens.llm.models import load_model
 from countlens.llm.prompts import PromptSettings, build_prompts
+from countlens.locations import location_names
+from tests.helpers.hidden_states import ATOL, assert_matches_reference
 from tests.helpers.llm_fixtures import smollm2_tokenizer, tiny_models  # noqa: F401
-
-ATOL = 1e-5
-
-
-def final_norm(model):
-    base = model.base_model
-    for name in ("norm", "ln_f", "final_layer_norm"):
-        if hasattr(base, name):
-            return getattr(base, name)
-    raise AssertionError(f"no final norm on {type(base).__name__}")
-
-
-def reference(model, ids: list[int]) -> torch.Tensor:
-    """(n_blocks + 1, d) boundary vectors of one unpadded prompt from output_hidden_states."""
-    with torch.no_grad():
-        hs = model(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states
-    return torch.stack([h[0, -1] for h in hs])  # last one has the final norm applied
-
-
-def assert_matches_reference(model, acts: torch.Tensor, ids: list[int]) -> None:
-    ref = reference(model, ids)
-    assert acts.shape == ref.shape
-    torch.testing.assert_close(acts[:-1], ref[:-1], atol=ATOL, rtol=0)
-    with torch.no_grad():
-        torch.testing.assert_close(final_norm(model)(acts[-1]), ref[-1], atol=ATOL, rtol=0)
-    # the raw last block output is not the normed hidden state (the hook really took the raw one)
-    assert (acts[-1] - ref[-1]).abs().max() > 1e-3
 
 
 def explicit_attention_parts(model, block, ids) -> dict:
@@ -150,10 +122,12 @@ def test_hooks_are_removed_even_after_an_error(tiny_models):  # noqa: F811
 
 def test_capture_folder_rows_match_independent_forward(tiny_models, tmp_path):  # noqa: F811
     loaded = load_model(str(tiny_models["qwen2"]), progress=False)
-    out = capture(loaded, tmp_path / "cap", L=24, counts=[0, 1, 2, 12, 24], per_count=2, seeds=[0, 1],
-                  configs=["count", "tally"], pairs=[["x", "o"]], batch_size=3, padding_side="left",
-                  progress=False)
-    ds = load_capture(out)
+    config = CaptureConfig(model=str(tiny_models["qwen2"]), L=24, counts=[0, 1, 2, 12, 24], per_count=2,
+                           seeds=[0, 1], configs=["count", "tally"], pairs=[["x", "o"]], batch_size=3,
+                           padding_side="left")
+    result = run_capture(config, tmp_path / "cap", loaded=loaded, progress=False)
+    assert result.n_rows == 40 and result.folder == tmp_path / "cap"
+    ds = load_capture(result.folder)
     meta = capture_meta(ds)
     assert len(ds) == 5 * 2 * 2 * 2 * 1
     assert meta["locations"] == location_names(2) == ["embed", "blocks.0.hook_resid_post",
@@ -167,6 +141,12 @@ def test_capture_folder_rows_match_independent_forward(tiny_models, tmp_path):  
     for i in range(0, len(ds), 5):
         ids = loaded.tokenizer(rows[i]["prompt"], add_special_tokens=False)["input_ids"]
         assert len(ids) == rows[i]["n_tokens"] == rows[i]["boundary_index"] + 1
+        first, last = rows[i]["first_item_index"], rows[i]["last_item_index"]
+        if rows[i]["n"] + rows[i]["m"] == 0:
+            assert first == last == -1
+        else:
+            assert last - first + 1 == rows[i]["n"] + rows[i]["m"]
+            assert {loaded.tokenizer.decode([t]) for t in ids[first:last + 1]} <= {" x", " o"}
         assert rows[i]["n"] + rows[i]["m"] <= 24
         assert_matches_reference(loaded.model, torch.from_numpy(acts[i]).float(), ids)
     # different counts give clearly different vectors (the comparison above is not trivially satisfied)
@@ -177,12 +157,13 @@ def test_capture_folder_rows_match_independent_forward(tiny_models, tmp_path):  
 def test_transformer_lens_backend_gives_the_same_vectors(tiny_models, tmp_path):  # noqa: F811
     """TransformerBridge (eager attention, right-padded batches of mixed lengths) vs HF hooks (sdpa): same
     vectors to 1e-5; resid_mid checked against an explicit block input + attention output."""
-    kw = dict(L=20, counts=[0, 5, 20], pairs=[["a", "b"]], configs=["count", "how-many"], seeds=[0],
-              progress=False, batch_size=4)
+    kw = dict(L=20, counts=[0, 5, 20], pairs=[["a", "b"]], configs=["count", "how-many"], seeds=[0], batch_size=4)
     for arch in ("llama", "gpt2"):
-        hf = load_capture(capture(load_model(str(tiny_models[arch]), progress=False), tmp_path / f"{arch}-hf", **kw))
+        hf_config = CaptureConfig(model=str(tiny_models[arch]), **kw)
+        hf = load_capture(run_capture(hf_config, tmp_path / f"{arch}-hf", progress=False).folder)
         tl_model = load_model(str(tiny_models[arch]), progress=False)
-        tl = load_capture(capture(tl_model, tmp_path / f"{arch}-tl", backend="transformer-lens", **kw))
+        tl_config = CaptureConfig(model=str(tiny_models[arch]), backend="transformer-lens", **kw)
+        tl = load_capture(run_capture(tl_config, tmp_path / f"{arch}-tl", loaded=tl_model, progress=False).folder)
         names = capture_meta(tl)["locations"]
         lengths = sorted(tl["n_tokens"])
         assert len(set(lengths[:4])) > 1  # the first batch of 4 mixes lengths: right padding, no mask

@@ -6,17 +6,16 @@ from sklearn.linear_model import Ridge
 
 from countlens.errors import UsageError
 from countlens.probes.experiments import (
-    NormSweepResult,
+    ProbeConfig,
     ProbeData,
     ProbeResult,
-    first_block_location,
-    parse_alphas,
-    resolve_locations,
-    run_norm_sweep,
+    SweepConfig,
+    SweepResult,
     run_probes,
-    split_rows,
+    run_sweep,
 )
 from countlens.probes.metrics import rounded_accuracy
+from countlens.probes.splits import split_rows
 
 NAMES = ["embed", "blocks.0.hook_resid_post", "blocks.1.hook_resid_post"]
 
@@ -32,12 +31,15 @@ def _data(rows=400, d=10, seed=0):
     return ProbeData("memory", {"model": "synthetic"}, list(NAMES), n, acts)
 
 
-def test_parse_alphas():
-    np.testing.assert_allclose(parse_alphas("1e-6:1e4:41"), np.logspace(-6, 4, 41))
-    np.testing.assert_allclose(parse_alphas("1,0,0.5"), [0, 0.5, 1])
-    for bad in ("-1,2", "0:1:5", "1e-3:1:0", "a,b", "nan", ""):
-        with pytest.raises(UsageError):
-            parse_alphas(bad)
+def test_configs_validate_in_their_own_terms():
+    assert ProbeConfig("x", alphas=(1.0, 0.0, 0.5)).alphas == (0.0, 0.5, 1.0)
+    for bad, message in (({"alphas": (-1.0, 2.0)}, "alphas must be finite"), ({"alphas": ()}, "alphas must not"),
+                         ({"seeds": ()}, "seeds must not"), ({"fractions": (0.5, 0.5, 0.0)}, "test > 0"),
+                         ({"classifier_C": (1.0, 0.0)}, "classifier_C values must be > 0")):
+        with pytest.raises(UsageError, match=message):
+            ProbeConfig("x", **bad)
+    with pytest.raises(UsageError, match="alphas must be finite"):
+        SweepConfig("x", alphas=(float("nan"),))
 
 
 def test_split_rows_is_a_seeded_partition():
@@ -50,25 +52,15 @@ def test_split_rows_is_a_seeded_partition():
     with pytest.raises(UsageError, match="needs at least"):
         split_rows(3, seed=0)
     with pytest.raises(UsageError):
-        split_rows(100, seed=0, fractions=(0.5, 0.5, 0.0))
-
-
-def test_resolve_locations():
-    assert resolve_locations(NAMES, None) == [0, 1, 2]
-    assert resolve_locations(NAMES, "embed,2") == [0, 2]
-    assert resolve_locations(NAMES, "1:2") == [1, 2]
-    for bad in ("blocks.9.hook_resid_post", "3", "2:5", "-1"):
-        with pytest.raises(UsageError, match="does not exist"):
-            resolve_locations(NAMES, bad)
-    assert first_block_location(NAMES) == 1
-    assert first_block_location(["attn_out", "h"]) == 1
-    assert first_block_location(["only"]) == 0
+        split_rows(100, seed=0, fractions=(0.0, 0.5, 0.5))
+    train, val, test = split_rows(100, seed=0, fractions=(0.75, 0.25, 0.0))  # a fit-and-select split
+    assert len(train) == 75 and len(val) == 25 and len(test) == 0
 
 
 def test_run_probes_selects_on_validation_and_scores_test():
     data = _data()
     alphas = np.logspace(-4, 4, 17)
-    result = run_probes(data, [0, 1, 2], alphas, seeds=[0, 1])
+    result = run_probes(ProbeConfig("memory", alphas=tuple(alphas), seeds=(0, 1)), data)
     fit = result.locations[1].fits[1]
     # independent recomputation with a loop of sklearn fits on standardised inputs
     train, val, test = split_rows(len(data.n), 1)
@@ -94,19 +86,37 @@ def test_run_probes_selects_on_validation_and_scores_test():
     assert again.locations[1].fits[1] == fit
 
 
-def test_run_probes_resumes_from_partial_results(tmp_path):
+def test_run_probes_resumes_an_interrupted_run_and_clears_its_cache(tmp_path, monkeypatch):
+    import countlens.probes.experiments as experiments
+
     data = _data()
-    first = run_probes(data, [1], np.logspace(-2, 2, 5), [0], partial_dir=tmp_path)
-    assert len(list(tmp_path.glob("location_001_*.json"))) == 1
-    data.acts[:] = 0  # a rerun with the same configuration must not recompute
-    second = run_probes(data, [1], np.logspace(-2, 2, 5), [0], partial_dir=tmp_path)
+    config = ProbeConfig("memory", locations="1:2", alphas=tuple(np.logspace(-2, 2, 5)), seeds=(0,))
+    first = run_probes(config, data)
+    fit_probe = experiments.fit_probe
+    calls = []
+
+    def interrupted(X, *args, **kwargs):
+        calls.append(1)
+        if len(calls) > 1:
+            raise KeyboardInterrupt
+        return fit_probe(X, *args, **kwargs)
+
+    monkeypatch.setattr(experiments, "fit_probe", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_probes(config, data, resume_dir=tmp_path / "partial")
+    assert len(list((tmp_path / "partial").glob("location-*.json"))) == 1  # the finished location is kept
+    monkeypatch.setattr(experiments, "fit_probe", fit_probe)
+    data.acts[:, 1] = 0  # the rerun must reuse location 1, not recompute it
+    second = run_probes(config, data, resume_dir=tmp_path / "partial")
     assert second.locations[0].fits[0] == first.locations[0].fits[0]
+    assert second.locations[1].fits[0] == first.locations[1].fits[0]
+    assert not (tmp_path / "partial").exists()  # a finished run leaves no resume files
 
 
 def test_norm_sweep_norms_fall_with_alpha_and_stars_are_least_squares():
     data = _data(rows=300)
     alphas = np.logspace(-3, 5, 9)
-    result = run_norm_sweep(data, 1, alphas, seeds=[0, 2], standardize=False)
+    result = run_sweep(SweepConfig("memory", location="1", alphas=tuple(alphas), seeds=(0, 2), standardize=False), data)
     for s in result.seeds:
         assert np.all(np.diff(s.coef_norm) < 0)  # ridge shrinks the norm monotonically in its own coordinates
         train, _, test = split_rows(300, s.seed)
@@ -114,7 +124,7 @@ def test_norm_sweep_norms_fall_with_alpha_and_stars_are_least_squares():
         ref = np.linalg.lstsq(np.c_[X[train], np.ones(len(train))], data.n[train], rcond=None)[0]
         assert s.unregularised_norm == pytest.approx(np.linalg.norm(ref[:-1]), rel=1e-8)
         assert s.unregularised_acc == pytest.approx(rounded_accuracy(data.n[test], X[test] @ ref[:-1] + ref[-1]))
-    assert NormSweepResult.from_dict(result.to_dict()) == result
+    assert SweepResult.from_dict(result.to_dict()) == result
 
 
 def test_classifier_probe_native_scores_match_sklearn_on_standardised_inputs():

@@ -119,7 +119,7 @@ def test_ridge_path_rejects_bad_alphas_and_shapes():
 def test_native_ridge_path_undoes_standardisation():
     X, y = _design(80, 6, 11)
     X[:, 2] = 4.0  # a constant dimension keeps scale 1 (as StandardScaler does)
-    coefs, intercepts, alpha_rel = native_ridge_path(X, y, [0.5, 20.0], standardize=True)
+    coefs, intercepts, _, alpha_rel = native_ridge_path(X, y, [0.5, 20.0], standardize=True)
     for i, alpha in enumerate([0.5, 20.0]):
         pipe = make_pipeline(StandardScaler(), Ridge(alpha=alpha, solver="svd")).fit(X, y)
         native = pipe[-1].coef_ / pipe[0].scale_
@@ -127,6 +127,10 @@ def test_native_ridge_path_undoes_standardisation():
         np.testing.assert_allclose(X @ coefs[i] + intercepts[i], pipe.predict(X), rtol=1e-10, atol=1e-8)
     # relative alpha = alpha / mean eigenvalue of ZcᵀZc; 5 non-constant standardised columns of variance 1
     np.testing.assert_allclose(alpha_rel, np.array([0.5, 20.0]) / (80 * 5 / 6), rtol=1e-12)
+    # relative=True takes the same grid as multiples of that unit
+    rel = native_ridge_path(X, y, alpha_rel, standardize=True, relative=True)
+    np.testing.assert_allclose(rel.alphas, [0.5, 20.0], rtol=1e-12)
+    np.testing.assert_allclose(rel.coefs, coefs, rtol=1e-10)
 
 
 def test_ridge_probe_is_a_sklearn_estimator():

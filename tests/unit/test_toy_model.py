@@ -1,4 +1,4 @@
-"""The toy model on count pairs equals explicit attention over real, shuffled token sequences (SPEC §1)."""
+"""The toy model on count pairs equals explicit attention over real, shuffled token sequences (docs/definitions.md §1)."""
 
 import math
 

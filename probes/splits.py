@@ -1,0 +1,39 @@
+"""The one split of a probe's rows into train / validation / test (docs/definitions.md §2, "Probes").
+
+Rows are split IID *by row* with a permutation drawn from the split seed: validation and test get
+``round(fraction · rows)`` rows each, training the rest. Every probe in countlens — the per-location probes
+(Figure 7), the sweep (Figure 8), the comparison's probe norm and :class:`~countlens.probes.RidgePathProbe`'s
+own validation split — draws its rows here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from countlens.errors import UsageError
+
+DEFAULT_FRACTIONS = (0.6, 0.2, 0.2)
+
+
+def split_rows(n_rows: int, seed: int, fractions=DEFAULT_FRACTIONS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sorted train / validation / test row indices (each (rows_part,) int) of ``n_rows`` rows.
+
+    ``fractions`` = (train, validation, test), >= 0 and summing to 1; train and validation must be > 0,
+    a test fraction of 0 leaves no test rows (a fit-and-select split). :class:`UsageError` when a part
+    would be too small (training needs 2 rows, validation 1, a non-empty test 1).
+    """
+    f_train, f_val, f_test = (float(f) for f in fractions)
+    if min(f_train, f_val) <= 0 or f_test < 0 or abs(f_train + f_val + f_test - 1) > 1e-9:
+        raise UsageError(f"train/validation/test fractions must be >= 0 (train and validation > 0) and sum "
+                         f"to 1, got {tuple(fractions)}")
+    n_val, n_test = int(round(f_val * n_rows)), int(round(f_test * n_rows))
+    n_train = n_rows - n_val - n_test
+    if n_train < 2 or n_val < 1 or (f_test > 0 and n_test < 1):
+        need = int(np.ceil(max(2 / f_train, 1 / f_val, 1 / f_test if f_test > 0 else 0)))
+        raise UsageError(f"the data set has {n_rows} rows; a {f_train:g}/{f_val:g}/{f_test:g} train/validation/"
+                         f"test split needs at least {need}; capture more prompts")
+    order = np.random.default_rng(seed).permutation(n_rows)
+    return np.sort(order[n_val + n_test:]), np.sort(order[:n_val]), np.sort(order[n_val:n_val + n_test])
+
+
+__all__ = ["DEFAULT_FRACTIONS", "split_rows"]

