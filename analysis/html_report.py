@@ -383,10 +383,6 @@ def figure4_view(page: Page, s: Section) -> None:
         "more updates than full batch for a comparable number of pairs seen.")
 
 
-def construct_view(page: Page, s: Section) -> None:
-    page.caption("The checked constructions the toy-vs-LLM comparison reads (parameter files listed below).")
-
-
 # ------------------------------------------------------------------------------------------- LLM figures
 
 
@@ -615,6 +611,8 @@ def _configuration(page: Page) -> None:
 
 
 def _config_cell(page: Page, rel: str, path: list, value: Any) -> str:
+    if isinstance(value, list) and not all(_scalar(x) for x in value):
+        return " | ".join(_config_cell(page, rel, path + [i], x) for i, x in enumerate(value))
     if isinstance(value, list):
         return page.values(rel, *path) or "(empty)"
     if isinstance(value, dict):
@@ -656,5 +654,5 @@ def write_index(out: Path, stages: Sequence[StageLike]) -> Path:
 
 __all__ = ["Page", "Section", "StageLike", "format_value", "lookup", "table", "generic_table", "render_index",
            "write_index", "rates_view", "lcap_view", "table2_view", "table3_view", "figure1_view", "figure2_view",
-           "figure3_view", "figure4_view", "construct_view", "geometry_view", "probe_view", "sweep_view",
+           "figure3_view", "figure4_view", "geometry_view", "probe_view", "sweep_view",
            "compare_view"]

@@ -25,35 +25,32 @@ from pathlib import Path
 SHARD_DEFAULT = 256
 
 
-def settings(args) -> dict:
-    n_counts = max(1, args.prompts // 2)
-    return dict(L=args.L, counts=range(0, n_counts), pairs=[["a", "b"]], configs=["count"], seeds=[0, 1],
-                batch_size=16, shard_rows=args.shard_rows, progress=False)
+def config(args):
+    from countlens.llm.experiments import CaptureConfig
+
+    return CaptureConfig(L=args.L, counts=list(range(max(1, args.prompts // 2))), pairs=[["a", "b"]],
+                         configs=["count"], seeds=[0, 1], batch_size=16, shard_rows=args.shard_rows)
 
 
 def run_single(root: Path, args) -> dict:
-    from countlens.llm.capture import capture
-    from countlens.store import read_meta
+    from countlens.llm.experiments import run_capture
 
-    out = root / "single"
     started = time.perf_counter()
-    capture(out_dir=out, **settings(args))
-    wall = time.perf_counter() - started
-    meta = read_meta(out)
-    return {"wall_s": wall, "capture_s": meta["capture_seconds"], "rows": meta["n_rows"]}
+    result = run_capture(config(args), root / "single", progress=False)
+    return {"wall_s": time.perf_counter() - started, "capture_s": result.meta["capture_seconds"],
+            "rows": result.n_rows}
 
 
 def run_ray(root: Path, args, workers: int) -> dict:
     import ray
 
-    from countlens.llm.distributed import capture_on_ray
+    from countlens.llm.distributed import run_capture_on_ray
 
-    out = root / f"ray{workers}"
     started = time.perf_counter()
     ray.init(num_cpus=workers, include_dashboard=False, logging_level="ERROR")
     up = time.perf_counter()
     try:
-        run = capture_on_ray(f"local:{workers}", out_dir=out, **settings(args))
+        run = run_capture_on_ray(config(args), root / f"ray{workers}", f"local:{workers}", progress=False)
     finally:
         ray.shutdown()
     wall = time.perf_counter() - started

@@ -31,6 +31,7 @@ _AREAS = (
     "countlens.llm.cli",
     "countlens.probes.cli",
     "countlens.analysis.cli",
+    "countlens.study",
 )
 
 

@@ -41,7 +41,18 @@ from countlens.analysis.figures import draw_compare, draw_geometry
 from countlens.cache import ResultCache, refuse_other_settings
 from countlens.errors import UsageError
 from countlens.io import provenance, read_json, to_jsonable, write_json_atomic, write_text_atomic
-from countlens.llm.experiments import CaptureConfig, preflight_capture, run_capture
+from countlens.llm.experiments import (
+    CaptureConfig,
+    PatchingConfig,
+    PatchingResult,
+    SteeringConfig,
+    SteeringResult,
+    preflight_capture,
+    run_capture,
+    run_patching,
+    run_steering,
+)
+from countlens.llm.figures import draw_patching, draw_steering
 from countlens.probes.experiments import (
     ProbeConfig,
     ProbeResult,
@@ -80,8 +91,7 @@ from countlens.toy.experiments import (
 )
 from countlens.toy.figures import draw_figure1, draw_figure2, draw_figure3, draw_figure4
 
-STAGE_FILE = "stage.json"
-REPORT_FILE = "reproduce.json"
+STAGE_FILE, REPORT_FILE = page.STAGE_FILE, page.REPORT_FILE  # the page reads what the pipeline writes
 CACHE_FOLDER = ".cache"
 ACTS = "acts"  # the capture's activation folder inside its stage folder
 COMPARE_VARIANTS = ("linear", "softmax", "softmax-postln-bare", "softmax-postln-learned")
@@ -258,9 +268,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         "toy-rates": RatesConfig.paper(), "toy-lcap": LcapConfig(), "toy-table2": Table2Config(),
         "toy-table3": Table3Config(attained=True), "toy-figure1": Figure1Config(), "toy-figure2": Figure2Config(),
         "toy-figure3": Figure3Config(), "toy-figure4": Figure4Config(), "toy-construct": _constructions(16, 100),
-        # All four token pairs (Figure 5 averages them, as the paper does) and one wording: 1,212 prompts.
-        "capture": CaptureConfig(L=256, counts=_COUNTS, per_count=1, seeds=[0, 1, 2], configs=["count"]),
+        # All four token pairs (Figure 5 averages them, as the paper does) and one wording: 1,212 prompts,
+        # each with the model's own answer (Figure 7's behaviour line).
+        "capture": CaptureConfig(L=256, counts=_COUNTS, per_count=1, seeds=[0, 1, 2], configs=["count"],
+                                 answers=True),
         "probe": {}, "probe-sweep": {}, "geometry": _WINDOWS, "compare": {"arc_counts": (1, 100), **_WINDOWS},
+        "patching": PatchingConfig(), "steering": SteeringConfig(),
     },
     "full": {
         "toy-rates": RatesConfig.paper(), "toy-lcap": LcapConfig(), "toy-table2": Table2Config.paper(),
@@ -268,8 +281,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         "toy-figure2": Figure2Config.paper(), "toy-figure3": Figure3Config.paper(),
         "toy-figure4": Figure4Config.paper(), "toy-construct": _constructions(16, 100),
         # The capture's own defaults: all four token pairs and every wording (3,636 prompts).
-        "capture": CaptureConfig(L=256, counts=_COUNTS, per_count=1, seeds=[0, 1, 2]),
+        "capture": CaptureConfig(L=256, counts=_COUNTS, per_count=1, seeds=[0, 1, 2], answers=True),
         "probe": {}, "probe-sweep": {}, "geometry": _WINDOWS, "compare": {"arc_counts": (1, 100), **_WINDOWS},
+        # Every token pair and wording, three seeds, counts across the range.
+        "patching": PatchingConfig(sources=[40, 30, 20, 10, 5, 3], targets=[3, 5, 10, 20, 30, 40],
+                                   pairs=CaptureConfig().pairs, configs=CaptureConfig().configs, seeds=[0, 1, 2]),
+        "steering": SteeringConfig(counts=list(range(5, 51, 5)), max_prompts=40),
     },
     "test": {
         "toy-rates": RatesConfig(d=4, L=(10, 30)), "toy-lcap": LcapConfig(d=(3, 4)),
@@ -281,8 +298,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         "toy-figure4": Figure4Config(d=4, L=10, steps=5, minibatch_steps=5, batch_size=16),
         "toy-construct": _constructions(4, 12),
         "capture": CaptureConfig(L=16, counts=list(range(0, 13)), per_count=1, seeds=[0, 1], pairs=[["a", "b"]],
-                                 configs=["count"]),
+                                 configs=["count"], answers=True, answer_tokens=3),
         "probe": {}, "probe-sweep": {}, "geometry": _TEST_WINDOWS, "compare": {"arc_counts": (1, 11), **_TEST_WINDOWS},
+        "patching": PatchingConfig(L=16, sources=[9, 3], targets=[3, 9], max_new_tokens=3),
+        "steering": SteeringConfig(deltas=[-2.0, 0.0, 2.0], counts=[3, 6], max_prompts=2, max_new_tokens=3),
     },
 }
 
@@ -300,6 +319,12 @@ def build_stages(out: Path, preset: str, capture: dict[str, Any] | None = None) 
         raise UsageError(f"unknown size preset {preset!r}; choose {', '.join(PRESETS)}")
     p, out = PRESETS[preset], Path(out)
     acts = out / "capture" / ACTS
+    capture_config = dataclasses.replace(p["capture"], **(capture or {}))
+    # Figure 9 runs the capture's own model and wording
+    patching = dataclasses.replace(p["patching"], **{k: getattr(capture_config, k) for k in (
+        "model", "gguf_file", "revision", "trust_remote_code", "device", "dtype", "template")})
+    steering = dataclasses.replace(p["steering"], acts=str(acts), probes=str(out / "probe" / "probes.json"),
+                                   device=capture_config.device)
     table3 = out / "toy-table3" / "table3.json"
     constructs = p["toy-construct"]
     toy = {"inputs": {"progress": True}, "cache": True, "save_to_file": True}
@@ -325,9 +350,8 @@ def build_stages(out: Path, preset: str, capture: dict[str, Any] | None = None) 
               draw_figure4, **toy, result_type=DynamicsResult, view=page.figure4_view),
         Stage("toy-construct", "Toy constructions for the comparison", constructs, run_constructions,
               tuple(f"{c.variant}.json" for c in constructs), inputs={"folder": out / "toy-construct"}),
-        Stage("capture", "Capture: assistant-boundary residual stream",
-              dataclasses.replace(p["capture"], **(capture or {})), run_capture, (f"{ACTS}/meta.json",),
-              inputs={"out": acts}),
+        Stage("capture", "Capture: assistant-boundary residual stream", capture_config, run_capture,
+              (f"{ACTS}/meta.json",), inputs={"out": acts}),
         Stage("geometry", "Figures 5 and 6: layerwise geometry", GeometryConfig(acts=str(acts), **p["geometry"]),
               run_geometry, ("geometry.json", "figure5.png", "figure6.png"), draw_geometry, ["capture"],
               result_type=GeometryResult, view=page.geometry_view),
@@ -342,6 +366,11 @@ def build_stages(out: Path, preset: str, capture: dict[str, Any] | None = None) 
               CompareConfig(toy=(str(out / "toy-construct"),), acts=str(acts), toy_L=constructs[0].L, **p["compare"]),
               run_compare, ("compare.json", "compare.png"), draw_compare, ["capture", "toy-construct"],
               inputs={"work_dir": out / "compare"}, result_type=CompareResult, view=page.compare_view),
+        Stage("patching", "Figure 9a: boundary activation patching", patching, run_patching,
+              ("patching.json", "fig9a_patching.png"), draw_patching, save_to_file=True, result_type=PatchingResult),
+        Stage("steering", "Figure 9b: steering along the probe", steering, run_steering,
+              ("steering.json", "fig9b_steering.png"), draw_steering, ["capture", "probe"], save_to_file=True,
+              result_type=SteeringResult),
     ]
 
 

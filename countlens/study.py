@@ -15,11 +15,25 @@ model's report. Definitions: ``docs/definitions.md §2``.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import re
+import sys
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from countlens.analysis.experiments import CompareResult, GeometryResult
+from countlens.args import HelpFormatter
+from countlens.cache import ResultCache
+from countlens.errors import UsageError
+from countlens.io import provenance, read_json, write_csv_atomic, write_json_atomic, write_text_atomic
+from countlens.llm.experiments import preflight_capture
+from countlens.locations import location_label
+from countlens.probes.experiments import ProbeResult
+from countlens.reproduce import ACTS, PRESETS, reproduce
+from countlens.store import ANSWER_COLUMNS, column, load_capture, read_meta
 
 STUDY_FILE = "study.json"
 TABLE_FILE = "study.csv"
@@ -27,6 +41,8 @@ FIGURE_STEM = "study"
 MODELS_DIR = "models"
 CACHE_DIR = ".study"
 RETRIES = 2  # retries of a model's Ray task whose worker died; the model resumes from its finished stages
+# The stages of each model's own report (the rest of `reproduce` is the toy theory, which is model-free).
+MODEL_STAGES = ("toy-construct", "capture", "probe", "geometry", "compare")
 
 TABLE_HEADER = ["model", "n_blocks", "best_probe_accuracy", "best_probe_location",
                 "gap_ratio_first", "gap_ratio_middle", "gap_ratio_last",
@@ -49,8 +65,41 @@ def model_folder_names(models: list[str]) -> list[str]:
 
 
 def block_positions(n_blocks: int) -> dict[str, int]:
-    """The locations after the first, middle and last block (location ``l`` = output of block ``l``)."""
-    return {"first": 1, "middle": max(1, round(n_blocks / 2)), "last": n_blocks}
+    """Location indices after the first, the middle and the last block (location ``l`` is the output of
+    block ``l``; the middle is Figure 6's, ``(n_blocks + 1) // 2``)."""
+    return {"first": min(1, n_blocks), "middle": max(min(1, n_blocks), (n_blocks + 1) // 2), "last": n_blocks}
+
+
+@dataclass
+class StudyConfig:
+    """``countlens study``: ``models`` (specs as for ``llm capture --model``), the size ``preset`` of
+    :data:`countlens.reproduce.PRESETS` every model runs at, and ``capture`` — fields of the preset's
+    :class:`~countlens.llm.experiments.CaptureConfig` set for every model (``device``, ``dtype``,
+    ``batch_size``, ``template``, ``answers``, ...)."""
+
+    models: tuple[str, ...]
+    preset: str = "quick"
+    capture: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.models = tuple(str(m).strip() for m in self.models if str(m).strip())
+        if not self.models:
+            raise UsageError("models must name at least one model")
+        twice = sorted({m for m in self.models if self.models.count(m) > 1})
+        if twice:
+            raise UsageError(f"models names {', '.join(twice)} more than once")
+        if self.preset not in PRESETS:
+            raise UsageError(f"unknown size preset {self.preset!r}; choose {', '.join(PRESETS)}")
+        if "model" in self.capture:
+            raise UsageError("capture settings are for every model; name the models in models")
+
+    def jobs(self) -> list[dict[str, Any]]:
+        """One job per model: its folder name, the preset and its capture settings (what keys its result)."""
+        return [{"model": m, "name": name, "preset": self.preset, "capture": {**self.capture, "model": m}}
+                for m, name in zip(self.models, model_folder_names(list(self.models)), strict=True)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"models": list(self.models), "preset": self.preset, "capture": dict(self.capture)}
 
 
 @dataclass
@@ -102,8 +151,6 @@ class StudyResult:
 
     def save(self, folder: str | Path) -> list[Path]:
         """``study.json`` (with provenance) and ``study.csv`` (one row per model) in ``folder``."""
-        from countlens.io import provenance, write_csv_atomic, write_json_atomic
-
         folder = Path(folder)
         if not self.provenance:
             self.provenance = provenance(self.config)
@@ -176,10 +223,210 @@ def render_study_page(result: StudyResult) -> str:
 
 
 def write_study_page(result: StudyResult, folder: str | Path) -> Path:
-    from countlens.io import write_text_atomic
-
     return write_text_atomic(Path(folder) / "index.html", render_study_page(result))
 
 
-__all__ = ["ModelSummary", "StudyResult", "model_folder_names", "block_positions", "plot_study", "draw_study",
-           "render_study_page", "write_study_page"]
+# ---------------------------------------------------------------- one model
+
+def model_folder(out: str | Path, job: dict[str, Any]) -> Path:
+    return Path(out) / MODELS_DIR / job["name"]
+
+
+def _capture_config(job: dict[str, Any]):
+    return dataclasses.replace(PRESETS[job["preset"]]["capture"], **job["capture"])
+
+
+def preflight_model(out: str | Path, job: dict[str, Any]) -> None:
+    """Refuse (one line) a model that cannot be captured, or a folder holding another capture; reads only
+    the tokenizer and the model's config."""
+    try:
+        preflight_capture(_capture_config(job), model_folder(out, job) / "capture" / ACTS, progress=False)
+    except UsageError as exc:
+        raise UsageError(f"model {job['model']}: {exc}") from None
+
+
+def run_study_model(job: dict[str, Any], out: str | Path, device: str | None = None) -> dict[str, Any]:
+    """One model's pipeline (its stages of :func:`countlens.reproduce.reproduce`, so its own report and
+    its per-stage resume) into ``OUT/models/<name>/``; returns its :class:`ModelSummary` as a dict.
+    ``device`` overrides the job's (a Ray task's own GPU). :class:`UsageError` names the model and the
+    first stage that did not finish."""
+    folder = model_folder(out, job)
+    capture = {**job["capture"], **({"device": device} if device else {})}
+    report = reproduce(folder, job["preset"], capture, only=list(MODEL_STAGES))
+    for stage in report["stages"]:
+        if stage["stage"] in MODEL_STAGES and stage["status"] != "done":
+            raise UsageError(f"model {job['model']}: stage {stage['stage']} {stage['status']}: "
+                             f"{stage.get('reason', '')}")
+    return asdict(summarize_model(job, folder, Path(out)))
+
+
+def _ratio(value: Any) -> float:
+    return float(value)  # JSON holds non-finite ratios as the strings "inf" and "nan"
+
+
+def summarize_model(job: dict[str, Any], folder: Path, out: Path) -> ModelSummary:
+    """A model's :class:`ModelSummary` from its stages' saved results (geometry, probes, compare, capture)."""
+    meta = read_meta(folder / "capture" / ACTS)
+    n_blocks = int(meta["n_blocks"])
+    geometry = GeometryResult.from_dict(read_json(folder / "geometry" / "geometry.json", "geometry result"))
+    probes = ProbeResult.from_dict(read_json(folder / "probe" / "probes.json", "probe result"))
+    compare = CompareResult.from_dict(read_json(folder / "compare" / "compare.json", "comparison result"))
+    names = ["embed"] + [f"blocks.{i}.hook_resid_post" for i in range(n_blocks)]
+    by_name = {r["name"]: r for r in geometry.per_location}
+    curve = [(i / n_blocks, by_name[n]) for i, n in enumerate(names) if n in by_name]
+    at_blocks = {}
+    for where, li in block_positions(n_blocks).items():
+        row = by_name.get(names[li], {})
+        at_blocks[where] = {"location": location_label(names[li]), "gap_ratio": _ratio(row.get("gap_ratio", "nan")),
+                            "erank_ratio": _ratio(row.get("erank_ratio", "nan"))}
+    best = probes.best_location()
+    nearest = compare.closest_toy().get(f"LLM {location_label(names[min(1, n_blocks)])}")
+    return ModelSummary(
+        model=job["model"], name=job["name"], n_blocks=n_blocks, relative_depth=[d for d, _ in curve],
+        gap_ratio=[_ratio(r["gap_ratio"]) for _, r in curve], erank_ratio=[_ratio(r["erank_ratio"]) for _, r in curve],
+        best_probe={"location": location_label(best.name), "index": best.index,
+                    "test_rounded_acc": best.stat("test_rounded_acc")[0],
+                    "val_rounded_acc": best.stat("val_rounded_acc")[0]},
+        at_blocks=at_blocks, nearest_toy_variant=nearest, behaviour_accuracy=behaviour_accuracy(folder / "capture" / ACTS),
+        report=str((folder / "index.html").relative_to(out)))
+
+
+def behaviour_accuracy(acts: Path) -> float | None:
+    """The share of prompts whose parsed answer equals the count, for a capture with answers; else ``None``."""
+    ds = load_capture(acts)
+    if not set(ANSWER_COLUMNS) <= set(ds.column_names):
+        return None
+    answers, counts = ds["answer"], column(ds, "n")
+    return float(sum(a is not None and int(a) == int(n) for a, n in zip(answers, counts, strict=True)) / len(ds))
+
+
+# ---------------------------------------------------------------- the study
+
+def run_study(config: StudyConfig, out: str | Path, ray: str | None = None,
+              log=None) -> tuple[StudyResult, dict[str, str]]:
+    """Every model of ``config`` (reusing those finished before), then the comparison across the models
+    that finished. Returns the result and, per model that did not finish, why. ``ray`` runs each model as a
+    Ray task (a target as for ``llm capture --ray``); ``log(line)`` receives one line per model."""
+    out = Path(out)
+    log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+    cache = ResultCache(out / CACHE_DIR, "model")
+    jobs = config.jobs()
+    summaries: dict[str, dict[str, Any]] = {}
+    for job in jobs:
+        hit = cache.get(job)
+        if hit is not None:
+            summaries[job["name"]] = hit
+            log(f"study: {job['model']} reused")
+    todo = [job for job in jobs if job["name"] not in summaries]
+    for job in todo:
+        preflight_model(out, job)
+    out.mkdir(parents=True, exist_ok=True)
+    failures = (_run_on_ray if ray is not None else _run_in_turn)(todo, out, ray, cache, summaries, log)
+    result = StudyResult(config=config.to_dict(), models=[ModelSummary(**summaries[j["name"]]) for j in jobs
+                                                          if j["name"] in summaries])
+    if result.models:
+        result.save(out)
+        draw_study(result, out)
+        write_study_page(result, out)
+    return result, failures
+
+
+def _run_in_turn(todo, out, ray, cache, summaries, log) -> dict[str, str]:
+    failures = {}
+    for job in todo:
+        started = time.perf_counter()
+        try:
+            summaries[job["name"]] = cache.put(job, run_study_model(job, out))
+        except UsageError as exc:
+            failures[job["model"]] = str(exc)
+            log(f"study: {exc}")
+            continue
+        log(f"study: {job['model']} done in {time.perf_counter() - started:.1f} s")
+    return failures
+
+
+def _run_on_ray(todo, out, target, cache, summaries, log) -> dict[str, str]:
+    from countlens.llm.distributed import ray_cluster
+
+    failures: dict[str, str] = {}
+    if not todo:
+        return failures
+    with ray_cluster(target) as ray:
+        on_gpu = ray.cluster_resources().get("GPU", 0) >= 1 and _capture_config(todo[0]).device != "cpu"
+        resources = {"num_gpus": 1, "num_cpus": 1} if on_gpu else {"num_cpus": 1}
+        task = ray.remote(run_study_model).options(max_retries=RETRIES, **resources)
+        # each GPU task sees only its own GPU, as cuda
+        pending = {task.remote(job, str(out), "cuda" if on_gpu else None): (job, time.perf_counter()) for job in todo}
+        while pending:
+            [ref], _ = ray.wait(list(pending), num_returns=1)
+            job, started = pending.pop(ref)
+            try:
+                summaries[job["name"]] = cache.put(job, ray.get(ref))
+            except Exception as exc:  # noqa: BLE001 - one model failing leaves the others running
+                cause = getattr(exc, "cause", None) or exc
+                failures[job["model"]] = str(cause).strip().splitlines()[0] if str(cause).strip() else repr(cause)
+                log(f"study: {failures[job['model']]}")
+                continue
+            log(f"study: {job['model']} done in {time.perf_counter() - started:.1f} s on Ray")
+    return failures
+# ---------------------------------------------------------------- the command
+
+DESCRIPTION = """\
+Run the analysis over several models and compare them: for each model, capture -> probes -> geometry ->
+toy comparison into OUT/models/<name>/ with its own report; then OUT/study.png (Figure 5's two curves of
+every model against relative depth), OUT/study.csv and OUT/index.html linking every model's report.
+A finished model is reused on a rerun; with --ray each model is one Ray task on its own GPU or CPU slot.
+"""
+
+
+def register(subparsers) -> None:
+    from countlens.llm.experiments import CaptureConfig
+
+    capture = CaptureConfig()
+    p = subparsers.add_parser("study", help="the analysis over several models, and one comparison across them",
+                              description=DESCRIPTION, formatter_class=HelpFormatter)
+    p.add_argument("--models", required=True,
+                   help="comma-separated models, each as for llm capture --model (hub id, folder, .gguf, default)")
+    p.add_argument("--out", required=True, help="study folder (a rerun reuses the models finished before)")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--full", action="store_true", help="the paper's sizes for every model (default: quick)")
+    size.add_argument("--preset", choices=tuple(PRESETS), default=None,
+                      help="size preset by name: quick, full, or test (tiny sizes for the test suite) "
+                           "(default: quick)")
+    p.add_argument("--ray", nargs="?", const="auto", default=None, metavar="auto|ADDRESS|local:N",
+                   help="run each model as a Ray task: auto (the cluster this machine joined), a cluster address, "
+                        "or local:N (N slots here); --out must be on storage every node sees "
+                        "(default: no Ray, one model after another)")
+    p.add_argument("--device", default=capture.device, help="device of every capture: cpu, cuda, cuda:N, mps, auto")
+    p.add_argument("--dtype", default=capture.dtype, choices=("float32", "float16", "bfloat16"),
+                   help="the models' compute dtype")
+    p.add_argument("--batch-size", type=int, default=capture.batch_size, help="prompts per forward pass")
+    p.add_argument("--template", choices=("chat", "plain"), default=capture.template,
+                   help="chat: each model's chat template; plain: '<instruction>\\nAnswer:'")
+    p.add_argument("--answers", action="store_true",
+                   help="also record each model's own answers, for the table's behavioural accuracy")
+    p.set_defaults(func=cmd_study)
+
+
+def cmd_study(args) -> int:
+    from countlens.args import reword
+    from countlens.llm.experiments import FLAGS
+
+    capture = {"device": args.device, "dtype": args.dtype, "batch_size": args.batch_size, "template": args.template}
+    if args.answers:
+        capture["answers"] = True
+    out = Path(args.out)
+    try:
+        config = StudyConfig(models=tuple(args.models.split(",")), preset="full" if args.full else args.preset or
+                             "quick", capture=capture)
+        result, failures = run_study(config, out, args.ray)
+    except UsageError as exc:
+        raise reword(exc, {**FLAGS, "models": "--models", "ray target": "--ray"}) from None
+    if result.models:
+        print(f"study: {len(result.models)} of {len(config.models)} models compared in {out / 'index.html'}")
+    return 1 if failures else 0
+
+
+__all__ = ["MODEL_STAGES", "StudyConfig", "ModelSummary", "StudyResult", "model_folder_names", "block_positions",
+           "preflight_model", "run_study_model", "summarize_model", "behaviour_accuracy", "run_study", "plot_study",
+           "draw_study", "render_study_page", "write_study_page", "register", "cmd_study"]

@@ -189,12 +189,11 @@ def cmd_capture(args) -> int:
 
 def cmd_prompts(args) -> int:
     from countlens.llm.experiments import plan_capture
+    from countlens.llm.models import quiet_transformers
     from countlens.llm.prompts import mark_boundary
 
     if args.show < 1:
         raise UsageError(f"--show must be >= 1, got {args.show}")
-    from countlens.llm.models import quiet_transformers
-
     quiet_transformers()
     try:
         plan = plan_capture(_config(args))

@@ -590,6 +590,17 @@ def probe_direction(probes: dict[str, Any], meta: dict[str, Any], location: str 
     return name, np.asarray(fits[0]["coef"], dtype=np.float64)
 
 
+def capture_model(settings: dict[str, Any], device: str = "cpu", progress: bool = False) -> LoadedModel:
+    """The model a capture ran, from its recorded settings (``meta["settings"]``), random-initialised again
+    where the capture was."""
+    name, gguf, revision = settings["model"], settings.get("gguf_file"), settings.get("revision")
+    trust, dtype = bool(settings.get("trust_remote_code")), settings.get("model_dtype", "float32")
+    if "random_init_seed" in settings:
+        ref = resolve_model(name, gguf, revision, trust, progress)
+        return random_init_model(ref, load_tokenizer(ref), settings["random_init_seed"], device, dtype)
+    return load_model(name, gguf, device, dtype, progress, revision, trust)
+
+
 def run_steering(config: SteeringConfig, loaded: LoadedModel | None = None, progress: bool = False) -> SteeringResult:
     """Figure 9b on the capture's own prompts (rebuilt from its recorded settings) with the capture's model."""
     import torch
@@ -604,8 +615,7 @@ def run_steering(config: SteeringConfig, loaded: LoadedModel | None = None, prog
         raise UsageError(f"none of counts {list(config.counts)} is in the capture (its counts: "
                          f"{settings['counts'][0]}..{settings['counts'][-1]})")
     if loaded is None:
-        loaded = load_model(settings["model"], settings.get("gguf_file"), config.device,
-                            settings.get("model_dtype", "float32"), progress)
+        loaded = capture_model(settings, config.device, progress)
     model, tok = loaded.model, loaded.tokenizer
     prompt_settings = PromptSettings(**{**{k: settings[k] for k in PromptSettings().to_dict()}, "counts": counts})
     prompts = build_prompts(tok, prompt_settings)
@@ -642,4 +652,4 @@ def run_steering(config: SteeringConfig, loaded: LoadedModel | None = None, prog
 __all__ = ["ACTS_DTYPES", "PADDING_SIDES", "SHARD_ROWS", "CaptureConfig", "FLAGS", "CapturePlan", "plan_capture",
            "preflight_capture", "CaptureResult", "capture_runner", "run_capture", "find_pairs", "random_init_model",
            "PatchingConfig", "PatchingResult", "run_patching", "boundary_vectors", "SteeringConfig",
-           "SteeringResult", "probe_direction", "run_steering"]
+           "SteeringResult", "probe_direction", "capture_model", "run_steering"]

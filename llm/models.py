@@ -307,7 +307,6 @@ def load_model(model: str | ModelRef = DEFAULT_MODEL, gguf_file: str | None = No
     source = dict(ref.source)
     if "hub_id" in source:
         source.setdefault("revision", _hub_revision(hf_model))
-    if ref.kwargs.get("trust_remote_code"):
-        source["trust_remote_code"] = True
+    source["trust_remote_code"] = bool(ref.kwargs.get("trust_remote_code"))
     return LoadedModel(model=hf_model, tokenizer=tokenizer, model_id=ref.model_id, location=ref.location,
                        source=source, dtype=dtype, device=device)

@@ -186,14 +186,14 @@ def _first_line(exc: Exception) -> str:
     return text.splitlines()[0][:200] if text else exc.__class__.__name__
 
 
-def _encode(tokenizer, texts: list[str], add_special: bool) -> tuple[list[list[int]], list[list[tuple[int, int]]]]:
+def _encode(tokenizer, texts: list[str], add_special: bool) -> tuple[list[list[int]], list]:
     """Token ids and character offsets of each text (needs a fast tokenizer's offset mapping)."""
     try:
         enc = tokenizer(texts, add_special_tokens=add_special, return_offsets_mapping=True)
     except NotImplementedError:
         raise UsageError("the model's tokenizer gives no character offsets (not a fast tokenizer), so items "
                          "cannot be located; convert it to a fast tokenizer (tokenizer.json)") from None
-    return enc["input_ids"], [[tuple(o) for o in offs] for offs in enc["offset_mapping"]]
+    return enc["input_ids"], enc["offset_mapping"]
 
 
 def item_positions(offsets, spans: np.ndarray) -> np.ndarray:

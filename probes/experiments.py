@@ -310,11 +310,15 @@ def fit_probe(X: np.ndarray, y: np.ndarray, splits, alphas: np.ndarray, seed: in
         coef=np.asarray(probe.coef_, dtype=np.float64).tolist())
 
 
-def control_accuracy(X: np.ndarray, y: np.ndarray, splits, alphas: np.ndarray, seed: int, control_seed: int,
+def control_accuracy(X: np.ndarray, y: np.ndarray, splits, alphas: np.ndarray, control_seed: int,
                      standardize: bool = True) -> float:
     """Test rounded accuracy of the validation-selected probe on the Hewitt–Liang control labels of ``y``
     (same splits, α grid and selection as :func:`fit_probe`). X: (rows, d)."""
-    return fit_probe(X, control_labels(y, control_seed), splits, alphas, seed, standardize).test_rounded_acc
+    train, val, test = splits
+    labels = control_labels(y, control_seed)
+    probe = RidgePathProbe(alphas, standardize=standardize, refit=False).fit(X[train], labels[train], X[val],
+                                                                             labels[val])
+    return rounded_accuracy(labels[test], probe.predict(X[test]))
 
 
 def fit_classifier_probe(X: np.ndarray, y: np.ndarray, splits, C: float | Sequence[float] = 1.0,
@@ -419,8 +423,8 @@ def run_probes(config: ProbeConfig, data: ProbeData | None = None, resume_dir: s
                 fit.classifier = fit_classifier_probe(X, data.n, splits[s], config.classifier_C, config.standardize)
         if config.control:
             for fit, s in zip(fits, config.seeds, strict=True):
-                fit.control_test_rounded_acc = control_accuracy(X, data.n, splits[s], alphas, s,
-                                                                config.control_seed, config.standardize)
+                fit.control_test_rounded_acc = control_accuracy(X, data.n, splits[s], alphas, config.control_seed,
+                                                                config.standardize)
                 fit.selectivity = fit.test_rounded_acc - fit.control_test_rounded_acc
         return dataclasses.asdict(LocationProbes(data.locations[index], index, fits))
 

@@ -24,10 +24,16 @@ ALPHA_REL_LABEL = (r"$\log_{10}\,\alpha_{\mathrm{rel}}$, relative ridge coeffici
 def plot_binned_accuracy(result: ProbeResult, locations: list[str] | None = None):
     """Figure 7: test rounded exact accuracy of the validation-selected probe per ten-count range; line = mean
     over split seeds, shading = min–max. One line per location (default: the run's ``figure_locations``,
-    else the best by validation accuracy)."""
+    else the best by validation accuracy). With the model's own answers in the capture, a black dashed line
+    gives its zero-shot exact accuracy per range (all rows); with the control task, a right panel gives the
+    selectivity per location (test accuracy on the counts − on the control labels)."""
     locations = locations or result.config.get("figure_locations")
     chosen = [loc for loc in result.locations if loc.name in locations] if locations else [result.best_location()]
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    control = bool(result.locations) and all(f.selectivity is not None for loc in result.locations for f in loc.fits)
+    if control:
+        fig, (ax, right) = plt.subplots(1, 2, figsize=(10.4, 3.8), gridspec_kw={"width_ratios": [3, 2]})
+    else:
+        fig, ax = plt.subplots(figsize=(6.4, 3.8))
     for loc in chosen:
         bins = loc.fits[0].binned
         centres = np.array([(b["lo"] + b["hi"]) / 2 for b in bins])
@@ -39,6 +45,13 @@ def plot_binned_accuracy(result: ProbeResult, locations: list[str] | None = None
         ax.fill_between(centres, lo, hi, color=line.get_color(), alpha=0.2, lw=0)
         ax.set_xticks(centres, [f"{b['lo']}–{b['hi']}" if b["hi"] > b["lo"] else f"{b['lo']}" for b in bins],
                       rotation=45, ha="right", fontsize=7)
+    if result.behaviour:
+        bins = result.behaviour["binned"]
+        ax.plot([(b["lo"] + b["hi"]) / 2 for b in bins],
+                [np.nan if b["accuracy"] is None else b["accuracy"] for b in bins], ls="--", marker="x", ms=4,
+                color="black", label="model's own answer (zero-shot)")
+    if control:
+        _plot_selectivity(right, result)
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("count range")
     ax.set_ylabel("test rounded exact accuracy\n(IID split by row)")
@@ -51,6 +64,23 @@ def plot_binned_accuracy(result: ProbeResult, locations: list[str] | None = None
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+def _plot_selectivity(ax, result: ProbeResult) -> None:
+    """Per location: the probe's test accuracy, the control task's, and their difference (selectivity)."""
+    idx = np.array([loc.index for loc in result.locations])
+    for key, label, style in (("test_rounded_acc", "counts", dict(color="C0", marker="o")),
+                              ("control_test_rounded_acc", "control task", dict(color="grey", marker="s")),
+                              ("selectivity", "selectivity", dict(color="C3", marker="^"))):
+        stats = np.array([loc.stat(key) for loc in result.locations])  # (locations, 3)
+        ax.plot(idx, stats[:, 0], ms=3, label=label, **style)
+        ax.fill_between(idx, stats[:, 1], stats[:, 2], color=style["color"], alpha=0.2, lw=0)
+    ax.axhline(0, color="grey", lw=0.6)
+    ax.set_xlabel("residual location (0 = embeddings, ℓ = after block ℓ)")
+    ax.set_ylabel("test rounded exact accuracy")
+    ax.set_title("Hewitt–Liang control task per location", fontsize=8)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
 
 
 def plot_layerwise(result: ProbeResult):

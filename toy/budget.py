@@ -12,12 +12,23 @@ norm can count, by this argument. Bare pre-LN puts every ``z_t`` on the sphere `
 ``(L-k) e(0) - L e(k) + k e(L) = D kL(L-k) / ((a+k)(a+L))`` is below ``L`` and ``e(L) - e(0) > -1`` gives
 ``D > (L-1)(a+L)/L``; together ``a > k((L-1)(L-k)/L - 1)``. Once that exceeds ``A`` for some ``k``, length
 ``L`` (and every longer one, whose domain contains it) is infeasible.
+
+That bound is loose by one or two lengths; :func:`preln_bare_lp` closes the gap exactly. Write
+``β_t = b0 + w·z_t``, ``α = e^{s_s - s_b}`` and ``γ = e^{s_l - s_b}``; on the sphere both lie in
+``[e^{-2τd}, 1]``, and ``ŷ(n, m) = (β_b + n α β_s + m γ β_l) / (1 + n α + m γ)``. With ``π = α β_s`` and
+``ξ = γ β_l`` every constraint ``|ŷ(n, m) - n| < 1/2`` of the whole domain is *linear* in
+``(β_b, π, ξ, α, γ)`` — any ``w`` and any angles of the token vectors included — so one LP decides whether
+any parameters count to ``L``. When it has no strictly feasible point, its dual gives a handful of
+constraints whose nonnegative combination reads ``0 < (negative number)``; the multipliers are recomputed
+in exact rational arithmetic, so the proof does not rest on the solver's rounding.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import numpy as np
 
@@ -57,7 +68,7 @@ def _tau(d: int, tau: float | None) -> float:
 def b_min_construction(variant: str, L: int, d: int, tau: float | None = None) -> Construction | None:
     """The checked construction behind :func:`b_min`; ``None`` where none exists (bare pre-LN past L_cap)."""
     validate(variant, L, d)
-    if variant == "softmax-preln-bare" and L >= l_infeasible(d, tau)[0]:
+    if variant == "softmax-preln-bare" and L >= _proven_bound(d, _tau(d, tau)):
         return None
     try:
         return best_construction(variant, L, d, tau=tau)
@@ -65,6 +76,12 @@ def b_min_construction(variant: str, L: int, d: int, tau: float | None = None) -
         if variant == "softmax-preln-bare":
             return None
         raise
+
+
+@functools.lru_cache(maxsize=64)
+def _proven_bound(d: int, tau: float) -> int:
+    bound = l_infeasible(d, tau)[0]
+    return preln_bare_bound(d, tau)[0] if bound - 1 <= LCAP_SEARCH_LIMIT else bound
 
 
 def b_min(variant: str, L: int, d: int, tau: float | None = None) -> float:
@@ -179,6 +196,120 @@ def l_infeasible(d: int, tau: float | None = None) -> tuple[int, str]:
     return hi, reason
 
 
+def _preln_bare_rows(L: int, lo: float) -> tuple[np.ndarray, np.ndarray, list]:
+    """The LP of the module docstring: rows ``A x <= b`` in ``x = (β_b, π, ξ, α, γ)``, each pair's two sides
+    with the margin ``δ`` subtracted (column 5: 1 for a pair row), then the box ``lo <= α, γ <= 1``.
+    Entries are integers or halves (exact in float64). Returns ``A`` (R, 6), ``b`` (R,) and row labels."""
+    n, j = np.triu_indices(L + 1)
+    n, m = n.astype(np.float64), (j - n).astype(np.float64)
+    one = np.ones_like(n)
+    above = np.stack([one, n, m, -(n * n + n / 2), -(n * m + m / 2), one], 1)  # ŷ - n <= 1/2 - δ
+    below = np.stack([-one, -n, -m, n * n - n / 2, n * m - m / 2, one], 1)  # n - ŷ <= 1/2 - δ
+    box = np.array([[0, 0, 0, -1, 0, 0], [0, 0, 0, 1, 0, 0], [0, 0, 0, 0, -1, 0], [0, 0, 0, 0, 1, 0]], float)
+    A = np.vstack([above, below, box])
+    b = np.concatenate([n + 0.5, 0.5 - n, [-lo, 1.0, -lo, 1.0]])
+    pairs = [(int(a), int(c)) for a, c in zip(n, m, strict=True)]
+    labels = ([("above", p) for p in pairs] + [("below", p) for p in pairs]
+              + [("alpha >=", None), ("alpha <=", None), ("gamma >=", None), ("gamma <=", None)])
+    return A, b, labels
+
+
+def _exact_solve(rows: list[list[Fraction]], k: int) -> list[Fraction] | None:
+    """The unique solution of an (over-determined, consistent) rational system ``[M | r]``, else ``None``."""
+    M = [r[:] for r in rows]
+    pivots, r = [], 0
+    for c in range(k):
+        p = next((i for i in range(r, len(M)) if M[i][c] != 0), None)
+        if p is None:
+            continue
+        M[r], M[p] = M[p], M[r]
+        M[r] = [v / M[r][c] for v in M[r]]
+        for i in range(len(M)):
+            if i != r and M[i][c] != 0:
+                f = M[i][c]
+                M[i] = [a - f * b for a, b in zip(M[i], M[r], strict=True)]
+        pivots.append(c)
+        r += 1
+    if len(pivots) < k or any(all(v == 0 for v in row[:k]) and row[k] != 0 for row in M):
+        return None
+    return [M[i][k] for i in range(k)]
+
+
+@dataclass
+class LpProof:
+    """Outcome of :func:`preln_bare_lp` at one ``L``: the LP's largest margin ``margin`` (> 0: the relaxed
+    problem counts with room to spare) and, when it is not positive, the exact certificate: ``terms``
+    (label, pair or None, multiplier) and ``total``, the combination's right-hand side (< 0: infeasible)."""
+
+    L: int
+    margin: float
+    terms: list[tuple[str, tuple[int, int] | None, Fraction]] = field(default_factory=list)
+    total: Fraction | None = None
+
+    @property
+    def infeasible(self) -> bool:
+        return self.total is not None and self.total < 0
+
+    def text(self, d: int, tau: float) -> str:
+        """The proof in words (only when :attr:`infeasible`)."""
+        side = {"above": "ŷ({n},{m}) - {n} < 1/2", "below": "{n} - ŷ({n},{m}) < 1/2"}
+        parts = []
+        for label, pair, y in self.terms:
+            what = side[label].format(n=pair[0], m=pair[1]) if pair else f"{label} e^(-2τd)"
+            parts.append(f"{y} × [{what}]")
+        return (f"an LP over the mixing weights on the whole domain (module docstring of countlens.toy.budget): "
+                f"with β_t = b0 + w·z_t, α = e^(s_s - s_b), γ = e^(s_l - s_b) in [e^(-2τd), 1] = "
+                f"[{math.exp(-2 * tau * d):.6g}, 1], every |ŷ(n, m) - n| < 1/2 is linear in (β_b, αβ_s, γβ_l, α, γ); "
+                f"adding {' + '.join(parts)} (exact rationals) leaves 0 < {float(self.total):.6g}, so no "
+                f"parameters of any norm count to L = {self.L}")
+
+
+def preln_bare_lp(L: int, d: int, tau: float | None = None) -> LpProof:
+    """Decide the bare pre-LN relaxation at ``L`` (see the module docstring) by one LP over the whole domain."""
+    from scipy.optimize import linprog
+
+    tau = _tau(d, tau)
+    lo = math.exp(-2.0 * tau * d) * (1.0 - 1e-9)  # strictly below e^{-2τd}: the box only widens
+    A, b, labels = _preln_bare_rows(int(L), lo)
+    cost = np.zeros(6)
+    cost[5] = -1.0  # maximise the margin δ
+    res = linprog(cost, A_ub=A, b_ub=b, bounds=[(None, None)] * 5 + [(None, 1.0)], method="highs")
+    if res.status != 0:
+        raise RuntimeError(f"the L_cap LP at L={L} did not solve: {res.message}")
+    out = LpProof(int(L), float(-res.fun))
+    if out.margin > 0:
+        return out
+    y = -res.ineqlin.marginals  # dual multipliers, >= 0
+    support = [int(i) for i in np.argsort(-y) if y[i] > 1e-12]
+    exact_b = [Fraction(float(v)) for v in b]
+    exact_b[-4], exact_b[-2] = -Fraction(lo), -Fraction(lo)
+    # y^T A = 0 on the five variables and y^T (δ column) = 1; then δ* <= y^T b
+    system = [[Fraction(float(A[i, c])) for i in support] + [Fraction(int(c == 5))] for c in range(6)]
+    sol = _exact_solve(system, len(support))
+    if sol is None or any(v < 0 for v in sol):
+        return out
+    out.terms = [(labels[i][0], labels[i][1], v) for i, v in zip(support, sol, strict=True) if v != 0]
+    out.total = sum((v * exact_b[i] for i, v in zip(support, sol, strict=True)), Fraction(0))
+    return out
+
+
+def preln_bare_bound(d: int, tau: float | None = None) -> tuple[int, str]:
+    """Shortest ``L`` at which bare pre-LN provably cannot count: the LP's, searched down from the
+    letter-free bound of :func:`l_infeasible` (which it never exceeds). Returns ``(L, proof in words)``."""
+    tau = _tau(d, tau)
+    bound, reason = l_infeasible(d, tau)
+    best: LpProof | None = None
+    L = bound
+    while L > 1:
+        proof = preln_bare_lp(L, d, tau)
+        if not proof.infeasible:
+            break
+        best, L = proof, L - 1
+    if best is None:
+        return bound, reason
+    return best.L, best.text(d, tau) + f" (the letter-free argument alone: L >= {bound}; {reason})"
+
+
 @dataclass
 class LCap:
     """L_cap(d) of ``softmax-preln-bare``: constructed (``l_cap``, verified) and proven bound."""
@@ -200,6 +331,8 @@ def l_cap(d: int, tau: float | None = None) -> LCap:
     validate("softmax-preln-bare", 1, d)
     tau = _tau(d, tau)
     bound, reason = l_infeasible(d, tau)
+    if bound - 1 <= LCAP_SEARCH_LIMIT:
+        bound, reason = preln_bare_bound(d, tau)
     if bound - 1 > LCAP_SEARCH_LIMIT:
         return LCap(d, tau, None, bound, reason + f" (constructive search skipped: bound > {LCAP_SEARCH_LIMIT})",
                     None, None)
@@ -330,5 +463,5 @@ class Table3Result:
 __all__ = [
     "CLAIMED", "TABLE3_VARIANTS", "TABLE3_PAPER", "TABLE3_B", "b_min", "b_min_construction", "fit_slope",
     "fit_rates", "RateFit", "RatesResult", "l_infeasible", "l_cap", "LCap", "l_max", "LMax",
-    "Table3Result", "preln_bare_needed_a",
+    "Table3Result", "preln_bare_needed_a", "preln_bare_lp", "preln_bare_bound", "LpProof",
 ]

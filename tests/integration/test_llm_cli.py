@@ -140,3 +140,12 @@ def test_resume_after_kill_9_loses_nothing(tiny_models, tmp_path):  # noqa: F811
     b, pb = sorted_acts(straight)
     assert len(pa) == 124 and pa == pb
     np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)  # batch 1 vs 16: float rounding only
+
+
+def test_pairs_command_lists_single_token_pairs(tiny_models, capsys):  # noqa: F811
+    code, text, _ = run_cli(capsys, "pairs", "--model", str(tiny_models["llama"]), "--candidates",
+                            "a/b,cat/elephantine,red/blue")
+    lines = text.strip().splitlines()
+    assert code == 0 and lines[:2] == ["a/b", "red/blue"] and "2 of 3 candidate pairs" in lines[-1]
+    code, _, err = run_cli(capsys, "pairs", "--model", str(tiny_models["llama"]), "--candidates", "a-b")
+    assert_one_line_error(code, err, "--candidates")

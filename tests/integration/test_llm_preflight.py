@@ -101,9 +101,13 @@ def test_preflight_opens_no_weight_file(family_model, tmp_path, monkeypatch):  #
     for module, name in ((safetensors, "safe_open"), (transformers.modeling_utils, "safe_open"),
                          (torch, "load"), (transformers.modeling_utils, "load_state_dict")):
         monkeypatch.setattr(module, name, refuse)
-    opened = []
-    sys.addaudithook(lambda event, args: opened.append(str(args[0])) if event == "open" and args else None)
+    opened, recording = [], [True]  # an audit hook cannot be removed: it stops recording instead
+    sys.addaudithook(lambda event, args: opened.append(str(args[0]))
+                     if recording[0] and event == "open" and args else None)
     folder = family_model("qwen2")
-    preflight_capture(CaptureConfig(model=str(folder)), progress=False)
+    try:
+        preflight_capture(CaptureConfig(model=str(folder)), progress=False)
+    finally:
+        recording[0] = False
     weights = [p for p in opened if p.startswith(str(folder)) and p.endswith(WEIGHT_SUFFIXES)]
     assert any(p.startswith(str(folder)) for p in opened) and not weights

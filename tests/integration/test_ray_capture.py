@@ -6,6 +6,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +17,6 @@ from countlens.store import COLUMNS, SHARDS, load_capture, read_meta
 from tests.helpers.llm_fixtures import smollm2_tokenizer, tiny_models  # noqa: F401
 
 ray = pytest.importorskip("ray")
-psutil = pytest.importorskip("psutil")
 
 from countlens.llm.distributed import run_capture_on_ray  # noqa: E402
 from countlens.llm.experiments import CaptureConfig  # noqa: E402
@@ -67,15 +67,23 @@ def test_two_workers_equal_one_process_row_for_row(tiny_models, tmp_path, local_
 
 
 def _capture_actor_pids() -> list[int]:
-    """This test process's own Ray workers that host a capture actor (its cluster is a child of it)."""
-    found = []
-    for proc in psutil.Process().children(recursive=True):
-        try:
-            if "CaptureActor" in " ".join(proc.cmdline()):
-                found.append(proc.pid)
-        except psutil.Error:
+    """This test process's own Ray workers that host a capture actor (its local cluster runs as its
+    descendants), read from /proc."""
+    parent, title = {}, {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
             continue
-    return found
+        try:
+            parent[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            title[int(proc.name)] = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError, ValueError):
+            continue
+    mine, grew = {os.getpid()}, True
+    while grew:
+        more = {pid for pid, ppid in parent.items() if ppid in mine} - mine
+        mine |= more
+        grew = bool(more)
+    return sorted(pid for pid in mine if "CaptureActor" in title.get(pid, ""))
 
 
 def test_sigkilled_worker_is_retried_and_every_row_is_there_once(tiny_models, tmp_path, local_cluster):  # noqa: F811

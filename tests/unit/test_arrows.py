@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOMS = ("countlens.toy", "countlens.llm", "countlens.probes", "countlens.analysis")
-TOP = ("countlens.reproduce", "countlens.cli", "countlens.__main__")
+TOP = ("countlens.reproduce", "countlens.study", "countlens.cli", "countlens.__main__")
 
 
 def _package_dirs() -> dict[str, Path]:

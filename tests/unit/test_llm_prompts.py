@@ -114,3 +114,21 @@ def test_parsers():
             parse_counts(bad)
     with pytest.raises(UsageError, match="pairs takes"):
         parse_pairs("a-b")
+
+
+def test_item_positions_from_offsets():
+    from countlens.llm.prompts import item_positions
+
+    spans = np.array([[5, 7], [7, 9], [9, 11]])  # " a", " b", " a" after "List:"
+    own = [(0, 4), (4, 5), (5, 7), (7, 9), (9, 11), (11, 12)]
+    assert item_positions(own, spans).tolist() == [2, 3, 4]
+    trimmed = [(0, 0), (0, 4), (4, 5), (6, 7), (8, 9), (10, 11)]  # offsets without the spaces, a BOS first
+    assert item_positions(trimmed, spans).tolist() == [3, 4, 5]
+    merged_left = [(0, 4), (4, 7), (7, 9), (9, 11)]  # ":" + " a"
+    assert item_positions(merged_left, spans).tolist() == [-1, 2, 3]
+    merged_right = [(0, 5), (5, 7), (7, 9), (9, 12)]  # " a" + "\n"
+    assert item_positions(merged_right, spans).tolist() == [1, 2, -1]
+    split_space = [(0, 5), (5, 6), (6, 7), (7, 9), (9, 11)]  # " " and "a" apart
+    assert item_positions(split_space, spans).tolist() == [-1, 3, 4]
+    two_items = [(0, 5), (5, 9), (9, 11)]  # " a b" as one token
+    assert item_positions(two_items, spans).tolist() == [-1, -1, 2]

@@ -1,0 +1,88 @@
+"""Figure 9's costs on the embedded SmolLM2-135M-Instruct: capture prompts/s with and without the model's own
+answers, patched prompt passes against plain ones, and the quick preset's patching and steering stages.
+
+    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 python3 bench/bench_behaviour.py [--prompts 32]
+"""
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from countlens.llm.capture import pad_batch
+from countlens.llm.experiments import (
+    CaptureConfig,
+    PatchingConfig,
+    SteeringConfig,
+    boundary_vectors,
+    run_capture,
+    run_patching,
+    run_steering,
+)
+from countlens.llm.models import load_model, quiet_transformers
+from countlens.llm.patching import BoundaryEdit
+from countlens.llm.prompts import build_prompts
+from countlens.probes.experiments import ProbeConfig, run_probes
+
+
+def timed(fn):
+    start = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompts", type=int, default=32, help="prompts per capture measurement (default: 32)")
+    args = parser.parse_args()
+    quiet_transformers()
+    loaded = load_model("default", progress=False)
+    model, tok = loaded.model, loaded.tokenizer
+    counts = np.linspace(0, 100, args.prompts // 4).astype(int).tolist()
+    base = dict(L=256, counts=sorted(set(counts)), seeds=[0], configs=["count"], batch_size=16)
+    n = len(base["counts"]) * 4
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        _, plain = timed(lambda: run_capture(CaptureConfig(**base), tmp / "plain", loaded, progress=False))
+        _, answered = timed(lambda: run_capture(CaptureConfig(**base, answers=True), tmp / "answers", loaded,
+                                                progress=False))
+        print(f"capture, {n} prompts (L=256, 4 pairs): {n / plain:.2f} prompts/s plain, {n / answered:.2f} "
+              f"prompts/s with --answers (16 answer tokens); ratio {answered / plain:.2f}x")
+
+        prompts = build_prompts(tok, CaptureConfig(**base).prompt_settings())[:16]
+        ids, mask, index = pad_batch(prompts, tok.pad_token_id or 0, "left")
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        with torch.inference_mode():
+            vectors = boundary_vectors(model, tok, prompts[::-1], [15])[:, 0]
+
+            def forward():
+                return model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1)
+
+            def patched():
+                with BoundaryEdit(model, 15, index, replace=vectors):
+                    return forward()
+            forward()
+            t_plain = min(timed(forward)[1] for _ in range(3))
+            t_patch = min(timed(patched)[1] for _ in range(3))
+        print(f"prompt pass, batch of 16: plain {16 / t_plain:.2f} prompts/s, patched at location 15 "
+              f"{16 / t_patch:.2f} prompts/s (overhead {t_patch / t_plain:.2f}x)")
+
+        patch = PatchingConfig()
+        result, t = timed(lambda: run_patching(patch, loaded))
+        passes = len(result.rows) + 2 * len(result.rows) // len(result.locations)
+        print(f"quick patching stage ({len(result.rows)} patched prompts, {len(result.locations)} locations, "
+              f"L={patch.L}): {t:.1f} s, {passes / t:.2f} prompt passes (+answers)/s")
+
+        probes = run_probes(ProbeConfig(acts=str(tmp / "answers"), seeds=(0,)))
+        probes.save(tmp)
+        steer = SteeringConfig(acts=str(tmp / "answers"), probes=str(tmp / "probes.json"),
+                               counts=sorted(set(counts)))
+        result, t = timed(lambda: run_steering(steer, loaded))
+        print(f"quick steering stage ({len(result.rows)} steered prompts): {t:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

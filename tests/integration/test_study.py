@@ -1,0 +1,67 @@
+"""``countlens study`` on two tiny models: each model's own report, the comparison, and resuming."""
+
+import csv
+import json
+import shutil
+
+import pytest
+
+from countlens.cli import main
+from countlens.study import CACHE_DIR, MODELS_DIR
+from tests.helpers.captures import PNG
+from tests.helpers.llm_fixtures import smollm2_tokenizer, tiny_models  # noqa: F401
+
+
+def _study(out, models, *extra) -> int:
+    return main(["study", "--models", ",".join(str(m) for m in models), "--preset", "test", "--out", str(out),
+                 *extra])
+
+
+def test_study_writes_every_report_and_the_comparison_then_resumes(tiny_models, tmp_path, capsys):  # noqa: F811
+    pytest.importorskip("ray")
+    models = [tiny_models["llama"], tiny_models["gpt2"]]
+    out = tmp_path / "study"
+    assert _study(out, models, "--ray", "local:2") == 0
+    assert "2 of 2 models compared" in capsys.readouterr().out
+    for name in ("llama", "gpt2"):
+        report = out / MODELS_DIR / name
+        assert (report / "index.html").is_file() and (report / "geometry" / "figure5.png").is_file()
+        assert (report / "probe" / "probes.json").is_file() and (report / "compare" / "compare.json").is_file()
+    data = json.loads((out / "study.json").read_text())
+    assert [m["name"] for m in data["models"]] == ["llama", "gpt2"]
+    for m in data["models"]:
+        assert m["n_blocks"] == 2 and m["relative_depth"] == [0.0, 0.5, 1.0]
+        assert len(m["gap_ratio"]) == len(m["erank_ratio"]) == 3
+        assert m["best_probe"]["location"] in ("embeddings", "after block 1", "after block 2")
+        assert m["nearest_toy_variant"] in ("linear", "softmax", "softmax-postln-bare", "softmax-postln-learned")
+        assert m["behaviour_accuracy"] is None
+    with open(out / "study.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["model"] for r in rows] == [str(m) for m in models]
+    assert rows[0]["gap_ratio_last"] and rows[0]["best_probe_location"]
+    page = (out / "index.html").read_text()
+    assert 'href="models/llama/index.html"' in page and 'href="models/gpt2/index.html"' in page
+    assert (out / "study.png").read_bytes().startswith(PNG) and (out / "study.pdf").is_file()
+
+    # Half finished: the second model was interrupted before its comparison; the first is done.
+    first_report = out / MODELS_DIR / "llama" / "reproduce.json"
+    first_mtime = first_report.stat().st_mtime_ns
+    shutil.rmtree(out / MODELS_DIR / "gpt2" / "compare")
+    for cached in (out / CACHE_DIR).iterdir():
+        if json.loads(cached.read_text())["config"]["name"] == "gpt2":
+            cached.unlink()
+    assert _study(out, models) == 0
+    log = capsys.readouterr().err
+    assert f"study: {models[0]} reused" in log and f"study: {models[1]} done" in log
+    assert first_report.stat().st_mtime_ns == first_mtime  # the finished model was not run again
+    assert (out / MODELS_DIR / "gpt2" / "compare" / "compare.json").is_file()
+    again = json.loads((out / "study.json").read_text())
+    assert [m["name"] for m in again["models"]] == ["llama", "gpt2"]
+
+
+def test_a_model_that_cannot_be_captured_is_one_line_before_any_work(tiny_models, tmp_path, capsys):  # noqa: F811
+    out = tmp_path / "study"
+    code = _study(out, [tiny_models["llama"], tmp_path / "no-such-model"])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and "no-such-model" in lines[0], lines
+    assert not (out / MODELS_DIR).exists()
