@@ -127,7 +127,7 @@ def main() -> None:
     from transformer_lens.model_bridge import TransformerBridge
 
     twin = load_model("default", progress=False)
-    bridge = TransformerBridge.boot_transformers(twin.source.get("path") or str(twin.model_id),
+    bridge = TransformerBridge.boot_transformers(twin.location,
                                                  hf_model=twin.model, tokenizer=tok, device="cpu")
     names = ["blocks.0.hook_resid_pre"] + [f"blocks.{i}.hook_resid_post" for i in range(n_blocks)]
     wanted = set(names)

@@ -1,7 +1,8 @@
 """``countlens study``: the whole analysis over several models, then one comparison across them.
 
-For each model, capture → probes → geometry → toy-vs-LLM comparison (→ the model's own answers and
-patching, where asked) into ``OUT/models/<name>/``, with that model's own report (``index.html``). With
+For each model, capture (with the model's own answers, as the size presets record them) → probes →
+geometry → toy-vs-LLM comparison (→ Figure 9's patching and steering, where asked) into
+``OUT/models/<name>/``, with that model's own report (``index.html``). With
 ``--ray`` every model is one Ray task on its own GPU (or CPU slot); without it, the models run one after
 another. A finished model leaves its summary in ``OUT/.study/`` (keyed by the model and every setting that
 changes it), so a rerun recomputes only the models that did not finish.
@@ -41,13 +42,22 @@ FIGURE_STEM = "study"
 MODELS_DIR = "models"
 CACHE_DIR = ".study"
 RETRIES = 2  # retries of a model's Ray task whose worker died; the model resumes from its finished stages
-# The stages of each model's own report (the rest of `reproduce` is the toy theory, which is model-free).
+# The stages of each model's own report (the rest of `reproduce` is the toy theory, which is model-free),
+# and Figure 9's causal tests, run where asked.
 MODEL_STAGES = ("toy-construct", "capture", "probe", "geometry", "compare")
+PATCHING_STAGES = ("patching", "steering")
 
-TABLE_HEADER = ["model", "n_blocks", "best_probe_accuracy", "best_probe_location",
-                "gap_ratio_first", "gap_ratio_middle", "gap_ratio_last",
-                "erank_ratio_first", "erank_ratio_middle", "erank_ratio_last",
-                "nearest_toy_variant", "behaviour_accuracy", "report"]
+# The table's columns between the model and its report: (CSV header, key path in a ModelSummary).
+TABLE_COLUMNS = (
+    ("n_blocks", ("n_blocks",)),
+    ("best_probe_accuracy", ("best_probe", "test_rounded_acc")),
+    ("best_probe_location", ("best_probe", "location")),
+    *((f"{ratio}_{where}", ("at_blocks", where, ratio)) for ratio in ("gap_ratio", "erank_ratio")
+      for where in ("first", "middle", "last")),
+    ("nearest_toy_variant", ("nearest_toy_variant",)),
+    ("behaviour_accuracy", ("behaviour_accuracy",)),
+)
+TABLE_HEADER = ["model", *(name for name, _ in TABLE_COLUMNS), "report"]
 
 
 def model_folder_names(models: list[str]) -> list[str]:
@@ -75,11 +85,13 @@ class StudyConfig:
     """``countlens study``: ``models`` (specs as for ``llm capture --model``), the size ``preset`` of
     :data:`countlens.reproduce.PRESETS` every model runs at, and ``capture`` — fields of the preset's
     :class:`~countlens.llm.experiments.CaptureConfig` set for every model (``device``, ``dtype``,
-    ``batch_size``, ``template``, ``answers``, ...)."""
+    ``batch_size``, ``template``, ...); ``patching`` adds Figure 9's patching and steering to every model's
+    report."""
 
     models: tuple[str, ...]
     preset: str = "quick"
     capture: dict[str, Any] = field(default_factory=dict)
+    patching: bool = False
 
     def __post_init__(self) -> None:
         self.models = tuple(str(m).strip() for m in self.models if str(m).strip())
@@ -94,12 +106,15 @@ class StudyConfig:
             raise UsageError("capture settings are for every model; name the models in models")
 
     def jobs(self) -> list[dict[str, Any]]:
-        """One job per model: its folder name, the preset and its capture settings (what keys its result)."""
-        return [{"model": m, "name": name, "preset": self.preset, "capture": {**self.capture, "model": m}}
-                for m, name in zip(self.models, model_folder_names(list(self.models)), strict=True)]
+        """One job per model: its folder name, the preset, its capture settings and stages (what keys its
+        result)."""
+        stages = list(MODEL_STAGES) + (list(PATCHING_STAGES) if self.patching else [])
+        return [{"model": m, "name": name, "preset": self.preset, "capture": {**self.capture, "model": m},
+                 "stages": stages} for m, name in zip(self.models, model_folder_names(list(self.models)), strict=True)]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"models": list(self.models), "preset": self.preset, "capture": dict(self.capture)}
+        return {"models": list(self.models), "preset": self.preset, "capture": dict(self.capture),
+                "patching": self.patching}
 
 
 @dataclass
@@ -125,12 +140,16 @@ class ModelSummary:
     behaviour_accuracy: float | None
     report: str
 
+    def value(self, keys: tuple[str, ...]) -> Any:
+        """The field at the key path ``keys`` (``("at_blocks", "first", "gap_ratio")``)."""
+        value: Any = asdict(self)
+        for key in keys:
+            value = value[key]
+        return value
+
     def table_row(self) -> list[Any]:
-        b = self.at_blocks
-        return [self.model, self.n_blocks, self.best_probe["test_rounded_acc"], self.best_probe["location"],
-                b["first"]["gap_ratio"], b["middle"]["gap_ratio"], b["last"]["gap_ratio"],
-                b["first"]["erank_ratio"], b["middle"]["erank_ratio"], b["last"]["erank_ratio"],
-                self.nearest_toy_variant, self.behaviour_accuracy, self.report]
+        """The model's row of ``study.csv`` (:data:`TABLE_HEADER`)."""
+        return [self.model, *(self.value(keys) for _, keys in TABLE_COLUMNS), self.report]
 
 
 @dataclass
@@ -189,22 +208,24 @@ def draw_study(result: StudyResult, folder: str | Path) -> list[Path]:
     return save_figure(plot_study(result), Path(folder) / FIGURE_STEM)
 
 
-def _cell(value: Any) -> str:
+def _cell(value: Any, json_key: str) -> str:
+    """One table cell; a number is a ``<span class="v">`` naming the ``study.json`` key it was read from."""
     if value is None:
         return "—"
-    if isinstance(value, float):
-        return f"{value:.3g}"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        text = f"{value:.3g}" if isinstance(value, float) else str(value)
+        return f'<span class="v" data-json="{STUDY_FILE}" data-key="{json_key}">{text}</span>'
     return html.escape(str(value))
 
 
 def render_study_page(result: StudyResult) -> str:
     """The study's ``index.html``: the cross-model figure, the table, a link to each model's report."""
     rows = []
-    for m in result.models:
+    for k, m in enumerate(result.models):
         cells = [f'<a href="{html.escape(m.report)}">{html.escape(m.name)}</a>'] + \
-                [_cell(v) for v in m.table_row()[1:-1]]
+                [_cell(m.value(keys), ".".join(["models", str(k), *keys])) for _, keys in TABLE_COLUMNS]
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    header = "".join(f"<th>{html.escape(h)}</th>" for h in ["model", *TABLE_HEADER[1:-1]])
+    header = "".join(f"<th>{html.escape(h.replace('_', ' '))}</th>" for h in ["model", *TABLE_HEADER[1:-1]])
     versions = ", ".join(f"{k} {v}" for k, v in (result.provenance.get("versions") or {}).items())
     return "\n".join([
         "<!doctype html>", '<html><head><meta charset="utf-8"><title>countlens study</title>',
@@ -214,7 +235,9 @@ def render_study_page(result: StudyResult) -> str:
         f"<h1>countlens study: {len(result.models)} models</h1>",
         "<p>Each model's own report is linked from its name. Ratios are high / low count window (definitions "
         "in docs/definitions.md §2); first, middle and last are the locations after those blocks; the probe "
-        "accuracy is the test rounded accuracy at the location chosen on validation.</p>",
+        "accuracy is the test rounded accuracy at the location chosen on validation; the nearest toy variant "
+        "is the toy construction closest after the first block in (log gap ratio, log erank ratio); the "
+        "behavioural accuracy is the share of prompts the model itself answered with the right count.</p>",
         f'<img src="{FIGURE_STEM}.png" alt="Figure 5 across models">',
         f"<table><tr>{header}</tr>", *rows, "</table>",
         f"<p>Table as CSV: <a href=\"{TABLE_FILE}\">{TABLE_FILE}</a>; all numbers with their settings: "
@@ -252,9 +275,9 @@ def run_study_model(job: dict[str, Any], out: str | Path, device: str | None = N
     first stage that did not finish."""
     folder = model_folder(out, job)
     capture = {**job["capture"], **({"device": device} if device else {})}
-    report = reproduce(folder, job["preset"], capture, only=list(MODEL_STAGES))
+    report = reproduce(folder, job["preset"], capture, only=job["stages"])
     for stage in report["stages"]:
-        if stage["stage"] in MODEL_STAGES and stage["status"] != "done":
+        if stage["stage"] in job["stages"] and stage["status"] != "done":
             raise UsageError(f"model {job['model']}: stage {stage['stage']} {stage['status']}: "
                              f"{stage.get('reason', '')}")
     return asdict(summarize_model(job, folder, Path(out)))
@@ -403,8 +426,8 @@ def register(subparsers) -> None:
     p.add_argument("--batch-size", type=int, default=capture.batch_size, help="prompts per forward pass")
     p.add_argument("--template", choices=("chat", "plain"), default=capture.template,
                    help="chat: each model's chat template; plain: '<instruction>\\nAnswer:'")
-    p.add_argument("--answers", action="store_true",
-                   help="also record each model's own answers, for the table's behavioural accuracy")
+    p.add_argument("--patching", action="store_true",
+                   help="also run Figure 9 (boundary patching and steering along the probe) in every model's report")
     p.set_defaults(func=cmd_study)
 
 
@@ -413,12 +436,10 @@ def cmd_study(args) -> int:
     from countlens.llm.experiments import FLAGS
 
     capture = {"device": args.device, "dtype": args.dtype, "batch_size": args.batch_size, "template": args.template}
-    if args.answers:
-        capture["answers"] = True
     out = Path(args.out)
     try:
         config = StudyConfig(models=tuple(args.models.split(",")), preset="full" if args.full else args.preset or
-                             "quick", capture=capture)
+                             "quick", capture=capture, patching=args.patching)
         result, failures = run_study(config, out, args.ray)
     except UsageError as exc:
         raise reword(exc, {**FLAGS, "models": "--models", "ray target": "--ray"}) from None
@@ -427,6 +448,6 @@ def cmd_study(args) -> int:
     return 1 if failures else 0
 
 
-__all__ = ["MODEL_STAGES", "StudyConfig", "ModelSummary", "StudyResult", "model_folder_names", "block_positions",
+__all__ = ["MODEL_STAGES", "PATCHING_STAGES", "StudyConfig", "ModelSummary", "StudyResult", "model_folder_names", "block_positions",
            "preflight_model", "run_study_model", "summarize_model", "behaviour_accuracy", "run_study", "plot_study",
            "draw_study", "render_study_page", "write_study_page", "register", "cmd_study"]

@@ -226,10 +226,10 @@ def run_capture_on_ray(config: CaptureConfig, out: str | Path, target: str = "au
     cluster, or a capture folder some node cannot see; all before any model loads.
     """
     plan = plan_capture(config, progress)
-    out = Path(out).resolve()
+    folder, out = Path(out), Path(out).resolve()  # workers need the absolute path: their cwd is not ours
     old = existing_capture(out, plan.key)
     if old is not None and old.get("complete") and _readable(out):
-        return RayCaptureResult(**vars(CaptureResult.from_folder(out)))
+        return RayCaptureResult(**vars(CaptureResult.from_folder(folder)))
     shards = plan.shards()
     done = ActivationWriter(out, old).finished_shards() & set(range(len(shards))) if old is not None else set()
     todo = {s: shard for s, shard in enumerate(shards) if s not in done}
@@ -256,7 +256,7 @@ def run_capture_on_ray(config: CaptureConfig, out: str | Path, target: str = "au
     if not _readable(out):
         write_json_atomic(out / "meta.json", {**writer.meta, "complete": False})
         raise UsageError(f"{out} does not read back whole after capture; rerun the same command to resume")
-    return RayCaptureResult(**vars(CaptureResult.from_folder(out)), scheduled=sorted(todo), shards=records,
+    return RayCaptureResult(**vars(CaptureResult.from_folder(folder)), scheduled=sorted(todo), shards=records,
                             actors=[{"pid": d["pid"], "load_seconds": d["load_seconds"]} for d in described],
                             wall_s=time.perf_counter() - started)
 

@@ -5,6 +5,12 @@ The embedded default (``"default"``) is SmolLM2-135M-Instruct, shipped as a GGUF
 ``__init__`` needs packages countlens does not install). Dequantising the GGUF takes ~15 s, so the first use
 saves a float32 copy under the user cache folder (``$XDG_CACHE_HOME/countlens`` or ``~/.cache/countlens``);
 later runs load that copy in about a second.
+
+A model is first *resolved* (:func:`resolve_model`: where its files are, no weights read), so its tokenizer
+and config can be checked before the slow load. A hub id (``org/name``, optionally at a ``revision``) goes
+to ``from_pretrained`` online; with ``HF_HUB_OFFLINE`` set it is looked up in the local Hugging Face cache
+(``models--org--name/{refs,snapshots}``) and its snapshot folder is loaded, the commit recorded.
+``trust_remote_code`` is off unless asked for, and recorded either way.
 """
 
 from __future__ import annotations

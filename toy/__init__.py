@@ -48,16 +48,6 @@ from countlens.toy.experiments import (
     run_table2,
     run_table3,
 )
-from countlens.toy.figures import (
-    draw_figure1,
-    draw_figure2,
-    draw_figure3,
-    draw_figure4,
-    plot_figure1,
-    plot_figure2,
-    plot_figure3,
-    plot_figure4,
-)
 from countlens.toy.model import VARIANTS, ToyConfig, ToyParams
 from countlens.toy.train import TrainConfig, TrainResult, train
 
@@ -72,3 +62,14 @@ __all__ = [
     "run_figure3", "run_figure4", "plot_figure1", "plot_figure2", "plot_figure3", "plot_figure4",
     "draw_figure1", "draw_figure2", "draw_figure3", "draw_figure4",
 ]
+_FIGURES = ("plot_figure1", "plot_figure2", "plot_figure3", "plot_figure4", "draw_figure1", "draw_figure2",
+            "draw_figure3", "draw_figure4")
+
+
+def __getattr__(name: str):
+    """The figure functions, imported on first use so that ``import countlens.toy`` needs no matplotlib."""
+    if name in _FIGURES:
+        from countlens.toy import figures
+
+        return getattr(figures, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,7 +17,7 @@ from countlens.cache import ResultCache
 from countlens.errors import UsageError
 from countlens.io import provenance, write_json_atomic
 from countlens.toy import experiments as ex
-from countlens.toy import figures
+from countlens.toy.domain_loss import LOSSES
 from countlens.toy.model import READOUTS, VARIANTS, ToyConfig
 from countlens.toy.train import OPTIMIZERS, TrainConfig, TrainingDiverged, train
 
@@ -25,7 +25,8 @@ from countlens.toy.train import OPTIMIZERS, TrainConfig, TrainingDiverged, train
 FLAGS = {"L": "--L", "d": "--d", "B": "--B", "tau": "--tau", "seeds": "--seeds", "seed": "--seed",
          "steps": "--steps", "minibatch_steps": "--minibatch-steps", "batch_size": "--batch-size", "lr": "--lr",
          "ce_scale": "--ce-scale", "attained_grid": "--attained-grid", "attained_seeds": "--attained-seeds",
-         "attained_steps": "--attained-steps"}
+         "attained_steps": "--attained-steps", "beta": "--beta", "working_set": "--working-set", "grow": "--grow",
+         "attained_check_every": "--attained-check-every"}
 
 
 def _config(make: Any, **given: Any) -> Any:
@@ -150,7 +151,9 @@ def cmd_table3(args: argparse.Namespace) -> int:
     make = ex.Table3Config.paper if args.attained_full else ex.Table3Config
     config = _config(make, d=args.d, B=_floats(args.B, "--B"), tau=args.tau, attained=args.attained,
                      attained_grid=_ints(args.attained_grid, "--attained-grid"),
-                     attained_seeds=_ints(args.attained_seeds, "--attained-seeds"), attained_steps=args.attained_steps)
+                     attained_seeds=_ints(args.attained_seeds, "--attained-seeds"), attained_steps=args.attained_steps,
+                     attained_loss=args.attained_loss, attained_working_set=args.attained_working_set,
+                     attained_check_every=args.attained_check_every)
     cache = _cache_beside(args.json)
     result = ex.run_table3(config, progress=True, cache=cache)
     if args.json:
@@ -164,7 +167,7 @@ def cmd_figure1(args: argparse.Namespace) -> int:
     config = _config(ex.Figure1Config, d=args.d, L=args.L)
     out = Path(args.out)
     result = ex.run_figure1(config)
-    paths = [result.save(out / "figure1.json"), *figures.draw_figure1(result, out)]
+    paths = [result.save(out / "figure1.json"), *_figures().draw_figure1(result, out)]
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0
 
@@ -174,7 +177,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = _config(ToyConfig, variant=args.variant, d=args.d, L=args.L, readout=args.readout, tau=args.tau)
     tcfg = _config(TrainConfig, optimizer=args.optimizer, steps=args.steps, seed=args.seed, cap=args.cap, lr=args.lr,
                    batch_size=args.batch_size, test_fraction=args.test_fraction, log_every=args.log_every,
-                   stop_when_passed=args.stop_when_passed, init_scale=args.init_scale, ce_scale=args.ce_scale)
+                   stop_when_passed=args.stop_when_passed, init_scale=args.init_scale, ce_scale=args.ce_scale,
+                   loss=args.loss, beta=args.beta, working_set=args.working_set, grow=args.grow)
     out = Path(args.json)
     ckpt = Path(args.checkpoint) if args.checkpoint else out.parent / f".{out.name}.ckpt"
     try:
@@ -207,8 +211,15 @@ def cmd_table2(args: argparse.Namespace) -> int:
     return 0
 
 
-def _figure(args: argparse.Namespace, name: str, cls: Any, run: Any, draw: Any, **given: Any) -> int:
+def _figures() -> Any:
+    from countlens.toy import figures  # matplotlib: imported only by the commands that draw
+
+    return figures
+
+
+def _figure(args: argparse.Namespace, name: str, cls: Any, run: Any, **given: Any) -> int:
     """A figure command: config from the flags, run (resumable in ``OUT/.NAME.runs``), draw, save."""
+    draw = getattr(_figures(), f"draw_{name}")
     out = _out_dir(args.out)
     config = _config(_sizes(cls, args), d=args.d, variant=args.variant, **given)
     cache = ResultCache(out / f".{name}.runs")
@@ -222,20 +233,20 @@ def _figure(args: argparse.Namespace, name: str, cls: Any, run: Any, draw: Any, 
 
 @_with_threads
 def cmd_figure2(args: argparse.Namespace) -> int:
-    return _figure(args, "figure2", ex.Figure2Config, ex.run_figure2, figures.draw_figure2,
+    return _figure(args, "figure2", ex.Figure2Config, ex.run_figure2,
                    L=_ints(args.L, "--L"), seeds=_ints(args.seeds, "--seeds"), steps=args.steps,
                    B=_floats(args.B, "--B"), ce_scale=args.ce_scale, lr=args.lr, table3=args.table3)
 
 
 @_with_threads
 def cmd_figure3(args: argparse.Namespace) -> int:
-    return _figure(args, "figure3", ex.Figure3Config, ex.run_figure3, figures.draw_figure3,
+    return _figure(args, "figure3", ex.Figure3Config, ex.run_figure3,
                    L=args.L, seeds=_ints(args.seeds, "--seeds"), steps=args.steps, lr=args.lr)
 
 
 @_with_threads
 def cmd_figure4(args: argparse.Namespace) -> int:
-    return _figure(args, "figure4", ex.Figure4Config, ex.run_figure4, figures.draw_figure4,
+    return _figure(args, "figure4", ex.Figure4Config, ex.run_figure4,
                    L=args.L, steps=args.steps, minibatch_steps=args.minibatch_steps, batch_size=args.batch_size,
                    lr=args.lr, seed=args.seed)
 
@@ -312,6 +323,14 @@ def _add_theory(sub: Any) -> None:
     g.add_argument("--attained-steps", type=int, default=None,
                    help=f"L-BFGS steps per run {_default(ex.Table3Config, 'attained_steps', '--attained-full')}")
     g.add_argument("--attained-full", action="store_true", help="the paper's grid (to 10,000), seeds and steps")
+    g.add_argument("--attained-loss", default=None, choices=LOSSES,
+                   help=f"training loss: smooth max error or MSE {_default(ex.Table3Config, 'attained_loss', None)}")
+    g.add_argument("--attained-working-set", type=int, default=None,
+                   help="random pairs in the initial working set, besides the domain's edges "
+                        f"{_default(ex.Table3Config, 'attained_working_set', None)}")
+    g.add_argument("--attained-check-every", type=int, default=None,
+                   help="L-BFGS steps between full-domain checks (the working set grows after each failed one) "
+                        f"{_default(ex.Table3Config, 'attained_check_every', None)}")
     _add_threads(p)
 
     p = _parser(sub, "figure1", "Figure 1: boundary representations h(n, 0), four panels",
@@ -347,6 +366,15 @@ def _add_train(sub: Any) -> None:
                    help="norm of every initial vector (approximately)")
     p.add_argument("--ce-scale", type=float, default=TrainConfig.ce_scale,
                    help="classification: cross-entropy on this multiple of the scores (loss temperature only)")
+    p.add_argument("--loss", default=TrainConfig.loss, choices=LOSSES,
+                   help="regression loss: mse, or max (smooth maximum of the squared error)")
+    p.add_argument("--beta", type=float, default=TrainConfig.beta, help="sharpness of --loss max")
+    p.add_argument("--working-set", type=int, default=TrainConfig.working_set,
+                   help="0: train on the IID train split; k > 0: working-set training from the domain's edges "
+                        "plus k random pairs, grown by the worst pairs after every failed check, every --log-every "
+                        f"steps (default: {TrainConfig.working_set})")
+    p.add_argument("--grow", type=int, default=TrainConfig.grow,
+                   help="working set: worst pairs (and as many random ones) added after each failed check")
     p.add_argument("--checkpoint", default=None, help="checkpoint file (default: hidden file beside --json, "
                                                       "removed after success); an existing one is resumed")
     p.add_argument("--checkpoint-every", type=int, default=50, help="steps between checkpoints (0: only at the end)")

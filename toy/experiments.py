@@ -432,6 +432,11 @@ class Table3Config:
     ``attained_grid`` that training under the cap passes (``attained_seeds`` tried per length,
     ``attained_steps`` L-BFGS steps each). The reduced grid stops at 200; :meth:`paper` climbs the paper's
     grid to 10,000 with three seeds.
+
+    Each attained run is working-set training (:mod:`countlens.toy.train`): the domain's edges plus
+    ``attained_working_set`` random pairs, the full check every ``attained_check_every`` steps, the worst
+    pairs added after each failure; ``attained_loss`` is ``"max"`` (smooth maximum of the squared error,
+    which passed where MSE did not; see the trainer's docstring) or ``"mse"``.
     """
 
     d: int = 16
@@ -441,6 +446,9 @@ class Table3Config:
     attained_grid: tuple[int, ...] = QUICK_GRID
     attained_seeds: tuple[int, ...] = (0,)
     attained_steps: int = 200
+    attained_loss: str = "max"
+    attained_working_set: int = 2048
+    attained_check_every: int = 50
 
     def __post_init__(self) -> None:
         B = tuple(float(b) for b in self.B)
@@ -453,6 +461,8 @@ class Table3Config:
         object.__setattr__(self, "attained_grid", tuple(sorted(_ints(self.attained_grid, "attained_grid", 1))))
         object.__setattr__(self, "attained_seeds", _ints(self.attained_seeds, "attained_seeds", 0))
         _positive(self.attained_steps, "attained_steps")
+        _positive(self.attained_check_every, "attained_check_every")
+        TrainConfig(loss=self.attained_loss, working_set=self.attained_working_set)  # validates both
 
     @classmethod
     def paper(cls, **kw: Any) -> Table3Config:
@@ -467,8 +477,11 @@ class Table3Config:
 class Table3Result(_Result):
     """Per variant, aligned with ``B``: ``l_max`` (constructed, verified), its ``max_norm`` and
     ``worst_error``, ``paper_constr`` (the paper's value at d = 16) and, when trained, ``attained``,
-    ``attained_next_failing`` (``None``: the grid ran out first, so ``attained`` is a bound from below)
-    and ``attained_runs``; ``attained_config`` records the training sizes."""
+    ``attained_next_failing`` (``None``: the grid ran out first, so ``attained`` is a bound from below),
+    ``attained_next_failing_worst_error`` (the smallest full-domain worst error any seed reached there),
+    ``attained_params`` (the passing parameters at ``attained``, in the parameter-file format that
+    ``countlens toy check`` reads; ``None`` where nothing passed) and ``attained_runs``;
+    ``attained_config`` records the training sizes."""
 
     d: int
     tau: float
@@ -500,11 +513,12 @@ class Table3Result(_Result):
         for v, row in self.variants.items():
             if "attained" not in row:
                 continue
-            lines.append(f"{v}:  {'B':>6} {'attained':>9} {'next fails':>10} {'constr.':>8}")
+            lines.append(f"{v}:  {'B':>6} {'attained':>9} {'next fails':>10} {'its worst error':>15} {'constr.':>8}")
             for i, B in enumerate(row["B"]):
                 nxt = row["attained_next_failing"][i]
+                worst = (row.get("attained_next_failing_worst_error") or [None] * len(row["B"]))[i]
                 lines.append(f"{'':{len(v) + 2}} {B:>6g} {row['attained'][i]:>9} {str(nxt if nxt else '-'):>10} "
-                             f"{str(row['l_max'][i]):>8}")
+                             f"{'-' if worst is None else format(worst, '.4g'):>15} {str(row['l_max'][i]):>8}")
         return "\n".join(lines)
 
 
@@ -535,7 +549,8 @@ def run_table3(config: Table3Config, progress: bool = False, cache: ResultCache 
             row.update(attained_column(v, c, progress=progress, cache=cache))
         attained_config = {"d": c.d, "grid": list(c.attained_grid), "seeds": list(c.attained_seeds),
                            "steps": c.attained_steps, "optimizer": "lbfgs",
-                           "rechecked": "full_domain_check on the saved params"}
+                           "rechecked": "full_domain_check on the saved params", "loss": c.attained_loss,
+                           "working_set": c.attained_working_set, "check_every": c.attained_check_every}
     return Table3Result(c.d, tau, variants, attained_config, _provenance(c))
 
 
@@ -544,27 +559,30 @@ def attained_column(variant: str, config: Table3Config, progress: bool = False,
     """Table 3's attained column of ``variant``, aligned with ``config.B``: ``attained``,
     ``attained_next_failing`` and ``attained_runs`` (see :func:`attained_length`)."""
     c = config
+    kw = {"loss": c.attained_loss, "working_set": c.attained_working_set, "log_every": c.attained_check_every}
     climbs = [attained_length(variant, B, c.d, list(c.attained_grid), list(c.attained_seeds), c.attained_steps,
-                              cache=cache, progress=progress) for B in c.B]
+                              cache=cache, progress=progress, **kw) for B in c.B]
     return {"attained": [r["attained"] for r in climbs], "attained_next_failing": [r["next_failing"] for r in climbs],
-            "attained_runs": [r["runs"] for r in climbs]}
+            "attained_next_failing_worst_error": [r["next_failing_worst_error"] for r in climbs],
+            "attained_params": [r["params"] for r in climbs], "attained_runs": [r["runs"] for r in climbs]}
 
 
 def attained_length(variant: str, B: float, d: int, grid: list[int], seeds: list[int], steps: int,
                     optimizer: str = "lbfgs", cache: ResultCache | None = None, progress: bool = False,
                     **train_kw: Any) -> dict[str, Any]:
-    """Climb ``grid`` at cap ``B``: train each length (every seed, until one passes; each seed starts from
-    the previous length's passing solution, which the cap already holds); stop at the first length no seed
-    passes. A regression solution does not depend on L, so a warm start is a valid initialisation.
+    """Climb ``grid`` at cap ``B``: train each length (every seed, until one passes; every seed starts from
+    the previous length's passing solution, which the cap already holds, and draws its own random pairs);
+    stop at the first length no seed passes. A regression solution does not depend on L, so a warm start is a valid initialisation.
     Each passing run is re-checked from its saved parameters with ``full_domain_check``.
-    Returns ``{"attained", "next_failing", "runs"}``."""
+    Returns ``{"attained", "next_failing", "next_failing_worst_error", "params", "runs"}`` (``params``: the
+    passing parameters at ``attained``, ``None`` if nothing passed)."""
     cache = cache or ResultCache(None)
-    attained, next_failing, runs = 0, None, []
-    warm: dict[int, tuple[ToyParams, str]] = {}
+    attained, next_failing, next_worst, params_at, runs = 0, None, None, None, []
+    warm: tuple[ToyParams | None, str | None] = (None, None)
     for L in sorted(grid):
         passed_here = False
         for seed in seeds:
-            init, init_key = warm.get(seed, (None, None))
+            init, init_key = warm
             tcfg = TrainConfig(optimizer=optimizer, steps=steps, seed=seed, cap=B, stop_when_passed=True,
                                **train_kw)
             r = run_cached(ToyConfig(variant, d, L), tcfg, cache, init=init, init_key=init_key,
@@ -578,14 +596,17 @@ def attained_length(variant: str, B: float, d: int, grid: list[int], seeds: list
                          "recheck_worst_error": recheck.worst_error})
             if ok:
                 _, params = r.toy()
-                warm[seed] = (params, f"{variant}/B={B}/L={L}/seed={seed}/{steps}")
-                passed_here = True
+                warm = (params, f"{variant}/B={B}/L={L}/seed={seed}/{steps}")
+                passed_here, params_at = True, r.params
                 break
+            if next_worst is None or recheck.worst_error < next_worst:
+                next_worst = float(recheck.worst_error)
         if not passed_here:
             next_failing = L
             break
-        attained = L
-    return {"attained": attained, "next_failing": next_failing, "runs": runs}
+        attained, next_worst = L, None
+    return {"attained": attained, "next_failing": next_failing, "next_failing_worst_error": next_worst,
+            "params": params_at, "runs": runs}
 
 
 # --- Figure 1 --------------------------------------------------------------------------------------------

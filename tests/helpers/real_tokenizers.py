@@ -27,7 +27,6 @@ FAMILIES = {
     "qwen2": "ggml-vocab-qwen2.gguf",        # Qwen2 / Qwen2.5: GPT-4-style BPE, ChatML template included
     "llama3": "ggml-vocab-llama-bpe.gguf",   # Llama 3: tiktoken-style BPE (no template in the file)
     "phi3": "ggml-vocab-phi-3.gguf",         # Phi-3: SentencePiece, <|assistant|> template included
-    "gpt-neox": "ggml-vocab-gpt-neox.gguf",  # GPT-NeoX / Pythia BPE (no template)
 }
 
 
@@ -57,7 +56,11 @@ def fetch(families=tuple(FAMILIES)) -> dict[str, Path]:
                         member.name = name
                         tar.extract(member, tmp, filter="data")
             for vocab, family in wanted.items():
-                _convert(Path(tmp), vocab, family)
+                try:
+                    _convert(Path(tmp), vocab, family)
+                except Exception as exc:  # noqa: BLE001 - one family that will not convert leaves the others
+                    print(f"real tokenizers: {family} not converted ({exc.__class__.__name__}: {exc})",
+                          file=sys.stderr)
     return {f: real_tokenizer_dir(f) for f in families if real_tokenizer_dir(f) is not None}
 
 

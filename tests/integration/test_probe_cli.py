@@ -183,7 +183,7 @@ def test_help_shows_required_flags_defaults_and_why_the_grids_differ(capsys):
     with pytest.raises(SystemExit):
         main(["probe", "sweep", "--help"])
     text = capsys.readouterr().out
-    assert text.startswith("usage: countlens probe sweep") and "(default: 1e-6:1e6:49)" in text
+    assert text.startswith("usage: countlens probe sweep") and "(default: 1e-6:1e6:49)" in " ".join(text.split())
 
 
 def test_a_finished_probe_run_leaves_no_resume_files(tmp_path, capsys):

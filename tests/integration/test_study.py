@@ -2,6 +2,7 @@
 
 import csv
 import json
+import re
 import shutil
 
 import pytest
@@ -34,13 +35,20 @@ def test_study_writes_every_report_and_the_comparison_then_resumes(tiny_models, 
         assert len(m["gap_ratio"]) == len(m["erank_ratio"]) == 3
         assert m["best_probe"]["location"] in ("embeddings", "after block 1", "after block 2")
         assert m["nearest_toy_variant"] in ("linear", "softmax", "softmax-postln-bare", "softmax-postln-learned")
-        assert m["behaviour_accuracy"] is None
+        assert 0.0 <= m["behaviour_accuracy"] <= 1.0  # the presets capture the model's own answers
     with open(out / "study.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert [r["model"] for r in rows] == [str(m) for m in models]
     assert rows[0]["gap_ratio_last"] and rows[0]["best_probe_location"]
     page = (out / "index.html").read_text()
     assert 'href="models/llama/index.html"' in page and 'href="models/gpt2/index.html"' in page
+    spans = re.findall(r'<span class="v" data-json="study.json" data-key="([^"]+)">([^<]+)</span>', page)
+    assert len(spans) == 2 * 9
+    for key, text in spans:  # every number on the page is the one in study.json
+        value = data
+        for part in key.split("."):
+            value = value[int(part)] if isinstance(value, list) else value[part]
+        assert text == (f"{value:.3g}" if isinstance(value, float) else str(value)), key
     assert (out / "study.png").read_bytes().startswith(PNG) and (out / "study.pdf").is_file()
 
     # Half finished: the second model was interrupted before its comparison; the first is done.
