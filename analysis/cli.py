@@ -12,12 +12,16 @@ _FLAGS = {"low": "--low", "high": "--high", "pca_counts": "--pca-counts", "arc_c
           "toy_L": "--toy-L", "toy": "--toy", "locations": "--locations", "pca_locations": "--pca-locations"}
 
 
+def _window_text(window: tuple[int, int]) -> str:
+    return f"{window[0]}:{window[1]}"
+
+
 def _add_window_args(p: argparse.ArgumentParser) -> None:
     from countlens.analysis.geometry import HIGH_WINDOW, LOW_WINDOW, PCA_COUNTS
 
-    p.add_argument("--low", default="%d:%d" % LOW_WINDOW, help="low count window, inclusive")
-    p.add_argument("--high", default="%d:%d" % HIGH_WINDOW, help="high count window, inclusive")
-    p.add_argument("--pca-counts", default="%d:%d" % PCA_COUNTS, help="counts whose centroids enter the PCA")
+    p.add_argument("--low", default=_window_text(LOW_WINDOW), help="low count window, inclusive")
+    p.add_argument("--high", default=_window_text(HIGH_WINDOW), help="high count window, inclusive")
+    p.add_argument("--pca-counts", default=_window_text(PCA_COUNTS), help="counts whose centroids enter the PCA")
 
 
 def register(subparsers) -> None:
@@ -31,8 +35,8 @@ def register(subparsers) -> None:
                     "location, per seed and averaged over seeds (Figure 5; the ratio of the seed-pooled\n"
                     "centroids is stored too, as gap_ratio_pooled), and PCA of the seed-pooled count\n"
                     "centroids at four locations (Figure 6).")
-    p.add_argument("--acts", required=True, help="activation folder (countlens llm capture, or toy export)")
-    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--acts", required=True, help="activation folder (countlens llm capture, or toy export; required)")
+    p.add_argument("--out", required=True, help="output folder (required)")
     _add_window_args(p)
     p.add_argument("--pca-locations", default=None,
                    help="locations for Figure 6, indices or names (default: embeddings, after block 1, "
@@ -47,14 +51,14 @@ def register(subparsers) -> None:
                     "centroids pooled over seeds; probes are selected on validation and scored on test.")
     p.add_argument("--toy", required=True, action="append",
                    help="toy parameter JSON (countlens toy construct/train), a folder of them, or a toy "
-                        "activation folder; repeat for several")
-    p.add_argument("--acts", required=True, help="LLM activation folder (countlens llm capture)")
-    p.add_argument("--out", required=True, help="output folder")
+                        "activation folder; repeat for several (required)")
+    p.add_argument("--acts", required=True, help="LLM activation folder (countlens llm capture; required)")
+    p.add_argument("--out", required=True, help="output folder (required)")
     p.add_argument("--locations", default=None,
                    help="LLM locations to compare, indices or names (default: Figure 6's four)")
     p.add_argument("--toy-L", type=int, default=CompareConfig.toy_L,
                    help="toy domain n + m <= L for parameter files")
-    p.add_argument("--arc-counts", default="%d:%d" % ARC_COUNTS,
+    p.add_argument("--arc-counts", default=_window_text(ARC_COUNTS),
                    help="counts whose end points give the endpoint angle")
     _add_window_args(p)
     p.set_defaults(func=cmd_compare)

@@ -8,6 +8,7 @@ while one busy-loop process per core competes for the CPUs (what another job on 
 Both settings give identical probes (asserted).
 
     python bench/bench_probe_threads.py [--repeats 3] [--json out.json]
+    python bench/bench_probe_threads.py --shapes demo --loads loaded --locations 6   # one cell, fewer locations
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 
 from countlens.probes.experiments import ProbeConfig, ProbeData, run_probes
 
-SHAPES = {"384 x 19 x 896": (384, 19, 896), "1212 x 31 x 576": (1212, 31, 576)}
+SHAPES = {"issue": (384, 19, 896), "demo": (1212, 31, 576)}  # rows, locations, dims
 
 
 def synthetic(rows: int, locations: int, dim: int, seed: int = 0) -> ProbeData:
@@ -41,8 +42,9 @@ def synthetic(rows: int, locations: int, dim: int, seed: int = 0) -> ProbeData:
 
 
 def busy_loops(count: int) -> list[subprocess.Popen]:
-    """``count`` processes that spin on a core each until killed."""
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    """``count`` processes that spin on a core each until killed, or until this process ends."""
+    spin = "import os\nparent = os.getppid()\nwhile os.getppid() == parent: pass"
+    return [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(count)]
 
 
 def timed(data: ProbeData, threads: int | None, repeats: int) -> tuple[float, list]:
@@ -59,6 +61,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3, help="runs per setting; the best is reported")
     parser.add_argument("--json", default=None, help="write the measurements here")
+    parser.add_argument("--shapes", default="issue,demo", help="which captures: issue (384 x 19 x 896), demo")
+    parser.add_argument("--loads", default="idle,loaded", help="idle, loaded (one busy loop per core) or both")
+    parser.add_argument("--locations", type=int, default=None,
+                        help="probe only the first LOCATIONS locations (default: all; time is linear in it)")
     args = parser.parse_args()
     from threadpoolctl import threadpool_info
 
@@ -66,9 +72,12 @@ def main() -> None:
     cores = os.cpu_count() or 1
     out = {"machine": f"{platform.processor() or platform.machine()}, {cores} cpus",
            "default_blas_threads": default_threads, "busy_loops_when_loaded": cores, "seconds": {}}
-    for label, shape in SHAPES.items():
-        data = synthetic(*shape)
-        for load in ("idle", "loaded"):
+    for name in args.shapes.split(","):
+        rows, locations, dim = SHAPES[name]
+        locations = min(locations, args.locations or locations)
+        data = synthetic(rows, locations, dim)
+        label = f"{rows} x {locations} x {dim}"
+        for load in args.loads.split(","):
             spinners = busy_loops(cores) if load == "loaded" else []
             try:
                 one, norms_one = timed(data, 1, args.repeats)

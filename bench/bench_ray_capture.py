@@ -85,8 +85,9 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
     args = parser.parse_args()
 
-    from countlens.llm.models import default_model_dir
+    from countlens.llm.models import default_model_dir, quiet_transformers
 
+    quiet_transformers()
     default_model_dir(progress=False)  # the dequantised copy is cached once, outside the timings
     root = Path(tempfile.mkdtemp(prefix="countlens-bench-ray-"))
     try:

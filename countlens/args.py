@@ -24,7 +24,8 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if "(default" in text or action.default in (None, False, argparse.SUPPRESS) or action.required:
+        hidden = action.default is None or action.default is False or action.default == argparse.SUPPRESS
+        if "(default" in text or hidden or action.required:
             return text
         return super()._get_help_string(action)
 

@@ -19,12 +19,12 @@ from countlens.errors import UsageError
 from countlens.io import config_digest, read_json, to_jsonable, write_json_atomic
 
 
-def refuse_other_settings(folder: str | os.PathLike, what: str, recorded: Any, wanted: Any) -> None:
+def refuse_other_settings(folder: str | os.PathLike, what: str, recorded: Any, wanted: Any,
+                          fix: str = "choose another --out folder or delete it") -> None:
     """Raise :class:`UsageError` when ``folder`` (holding ``what``) was made with settings other than
-    ``wanted``; return quietly when they match (the run resumes)."""
+    ``wanted``; return quietly when they match (the run resumes). ``fix`` ends the message."""
     if _canonical(recorded) != _canonical(wanted):
-        raise UsageError(f"{folder} holds {what} made with other settings; choose another --out folder "
-                         "or delete it")
+        raise UsageError(f"{folder} holds {what} made with other settings; {fix}")
 
 
 def _canonical(obj: Any) -> Any:

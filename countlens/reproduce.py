@@ -284,7 +284,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "capture": CaptureConfig(L=256, counts=_COUNTS, per_count=1, seeds=[0, 1, 2], answers=True),
         "probe": {}, "probe-sweep": {}, "geometry": _WINDOWS, "compare": {"arc_counts": (1, 100), **_WINDOWS},
         # Every token pair and wording, three seeds, counts across the range.
-        "patching": PatchingConfig(sources=[40, 30, 20, 10, 5, 3], targets=[3, 5, 10, 20, 30, 40],
+        "patching": PatchingConfig(L=256, sources=[40, 30, 20, 10, 5, 3], targets=[3, 5, 10, 20, 30, 40],
                                    pairs=CaptureConfig().pairs, configs=CaptureConfig().configs, seeds=[0, 1, 2]),
         "steering": SteeringConfig(counts=list(range(5, 51, 5)), max_prompts=40),
     },

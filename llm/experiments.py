@@ -355,13 +355,15 @@ def _check_decoding(batch_size: int, max_new_tokens: int) -> None:
 class PatchingConfig:
     """Figure 9a: boundary activation patching. Pairs of prompts that differ only in count (same seed,
     wording, token pair and draw): target count ``targets[i]`` is patched with source count ``sources[i]`` at
-    every location of ``locations`` (a spec for :func:`countlens.locations.resolve_locations`; default all)."""
+    every location of ``locations`` (a spec for :func:`countlens.locations.resolve_locations`; default all).
+    The default ``L = 64`` keeps the prompts short: the experiment costs one prompt pass per pair and
+    location, and small counts are where a 135M model answers at all."""
 
     model: str = DEFAULT_MODEL
     gguf_file: str | None = None
     revision: str | None = None
     trust_remote_code: bool = False
-    L: int = DEFAULT_L
+    L: int = 64
     sources: list[int] = field(default_factory=lambda: [12, 9, 6, 3])
     targets: list[int] = field(default_factory=lambda: [3, 6, 9, 12])
     per_count: int = 1
@@ -520,9 +522,9 @@ class SteeringConfig:
     acts: str = ""
     probes: str = ""
     location: str | None = None
-    deltas: list[float] = field(default_factory=lambda: [-8.0, -4.0, -2.0, 0.0, 2.0, 4.0, 8.0])
+    deltas: list[float] = field(default_factory=lambda: [-8.0, -4.0, 0.0, 4.0, 8.0])
     counts: list[int] = field(default_factory=lambda: [4, 8, 12, 16])
-    max_prompts: int = 8
+    max_prompts: int = 6
     seed: int = 0
     batch_size: int = 16
     max_new_tokens: int = ANSWER_TOKENS

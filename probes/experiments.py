@@ -42,7 +42,6 @@ from countlens.probes.metrics import (
     rounded_accuracy,
 )
 from countlens.probes.ridge import (
-    DEFAULT_ALPHA_GRID,
     DEFAULT_ALPHAS,
     RidgePathProbe,
     blas_threads,

@@ -442,7 +442,7 @@ class Trainer:
         if not isinstance(state, dict) or state.get("format") != _CHECKPOINT_FORMAT:
             raise UsageError(f"{source} is not a countlens training checkpoint; delete it to start afresh")
         refuse_other_settings(source, "the training state of a different run", state.get("fingerprint"),
-                              self.fingerprint())
+                              self.fingerprint(), fix="rerun with that run's settings or delete the checkpoint")
         with torch.no_grad():
             for name, t in self.params.tensors().items():
                 t.copy_(state["params"][name])

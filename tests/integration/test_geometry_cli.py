@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from countlens.analysis.figures import plot_figure5, plot_figure6
 from countlens.analysis.experiments import GeometryResult
+from countlens.analysis.figures import plot_figure5, plot_figure6
 from countlens.cli import main
 from countlens.io import save_figure
 from tests.helpers.captures import PNG, write_capture

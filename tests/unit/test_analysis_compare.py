@@ -4,8 +4,8 @@ import numpy as np
 
 from countlens.analysis.compare import probe_norm_needed
 from countlens.analysis.experiments import CompareResult
-from countlens.probes.splits import split_rows
 from countlens.analysis.html_report import format_value, lookup
+from countlens.probes.splits import split_rows
 
 
 def test_probe_norm_of_a_rank_one_count_code():
@@ -26,8 +26,8 @@ def test_probe_norm_of_a_rank_one_count_code():
 def test_probe_accuracy_is_validation_selected_and_test_scored():
     # A weak count signal: the probe reported must be the one chosen on validation rows, scored on test
     # rows — not the best test score along the path.
-    from countlens.probes import RidgePathProbe, rounded_accuracy
     from countlens.analysis.compare import REL_ALPHAS
+    from countlens.probes import RidgePathProbe, rounded_accuracy
 
     rng = np.random.default_rng(2)
     n = rng.integers(0, 30, size=300).astype(float)
