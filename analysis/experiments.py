@@ -135,22 +135,10 @@ class GeometryResult:
                 + (f"; counts do not move the representation at {', '.join(flat)} (ratios are nan)" if flat else ""))
 
 
-def _pca_locations(locations: list[str], spec: str) -> list[int]:
-    """Figure 6's location indices from a spec; an index outside the data set is named as a number."""
-    try:
-        return resolve_locations(locations, spec)
-    except UsageError:
-        for item in (t.strip() for t in str(spec).split(",")):
-            if item.lstrip("-").isdigit() and not -len(locations) <= int(item) < len(locations):
-                raise UsageError(f"location {int(item)} does not exist; the data set has locations "
-                                 f"0..{len(locations) - 1}") from None
-        raise
-
-
 def run_geometry(config: GeometryConfig) -> GeometryResult:
     """Centroids of the capture at every location, Figure 5's ratios and Figure 6's PCA."""
     ds, meta, locations = _load(config.acts)
-    pca_locations = None if config.pca_locations is None else _pca_locations(locations, config.pca_locations)
+    pca_locations = None if config.pca_locations is None else resolve_locations(locations, config.pca_locations)
     cs = centroids_from_capture(ds, locations)
     per_location, pca = compute_geometry(cs, config.low, config.high, config.pca_counts, pca_locations)
     recorded = {"acts": config.acts, "low": list(config.low), "high": list(config.high),

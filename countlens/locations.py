@@ -71,7 +71,8 @@ def _resolve_item(names: list[str], item: str) -> list[int]:
     if len(bounds) == 2 and 0 <= bounds[0] <= bounds[1] < len(names):
         return list(range(bounds[0], bounds[1] + 1))
     shown = ", ".join(names[:4]) + (f", ... ({len(names)} in all)" if len(names) > 4 else "")
-    raise UsageError(f"location {item!r} does not exist; choose names or indices 0..{len(names) - 1} "
+    what = str(bounds[0]) if len(bounds) == 1 else repr(item)  # an index is named as the number it is
+    raise UsageError(f"location {what} does not exist; choose names or indices 0..{len(names) - 1} "
                      f"({shown})")
 
 

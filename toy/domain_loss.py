@@ -419,7 +419,7 @@ def _classification(cfg: ToyConfig, rf: dict[str, torch.Tensor], pairs: PairSet,
         got = torch.autograd.grad(part, list(leaves.values()))
         for k, gk in zip(leaves, got, strict=True):
             grads[k] += gk
-        value += float(part)
+        value += float(part.detach())
     return value, grads
 
 
