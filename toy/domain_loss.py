@@ -24,6 +24,7 @@ const_k`` with ``P`` (3, L+1), which still drops the factor ``d``.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from countlens.toy.model import DTYPE, ToyConfig, ToyParams, token_vectors
+from countlens.toy.model import ToyConfig, ToyParams, token_vectors
 
 CHUNK = 1 << 15  # pairs per numpy pass: each float64 buffer stays in the L2 cache
 LOSSES = ("mse", "max")
@@ -294,6 +295,11 @@ def _reduced_grad(cfg: ToyConfig, rf: dict, rows: dict, n: np.ndarray, S: dict) 
     return {"s": ds, "p": dp, "G": -M / (2 * d), "const": np.array(S["E"].sum())}
 
 
+def _expand(rows: dict[str, np.ndarray], r0: int, r1: int, counts: np.ndarray, name: str) -> np.ndarray:
+    """Row scalar ``name`` of rows ``r0..r1`` repeated over their pairs (``counts`` each): (B,)."""
+    return np.repeat(rows[name][r0:r1], counts)
+
+
 def _regression(cfg: ToyConfig, rf: dict, pairs: PairSet, loss: str, beta: float,
                 chunk: int) -> tuple[float, dict[str, np.ndarray]]:
     rows = _rows(cfg, rf, pairs.n)
@@ -303,7 +309,7 @@ def _regression(cfg: ToyConfig, rf: dict, pairs: PairSet, loss: str, beta: float
     for r0, r1 in pairs.chunks(chunk):
         a, b = int(pairs.starts[r0]), int(pairs.starts[r1])
         counts = np.diff(pairs.starts[r0 : r1 + 1])
-        blocks.append((r0, r1, a, b, counts, (lambda k, r0=r0, r1=r1, c=counts: np.repeat(rows[k][r0:r1], c))))
+        blocks.append((r0, r1, a, b, counts, functools.partial(_expand, rows, r0, r1, counts)))
     weight = pairs.weight
     if loss == "mse":
         scale = 2.0 / W
@@ -354,7 +360,8 @@ def residuals(cfg: ToyConfig, params: ToyParams, pairs: PairSet, chunk: int = CH
         for r0, r1 in pairs.chunks(chunk):
             a, b = int(pairs.starts[r0]), int(pairs.starts[r1])
             counts = np.diff(pairs.starts[r0 : r1 + 1])
-            out[a:b] = _chunk_forward(cfg, rf, lambda k: np.repeat(rows[k][r0:r1], counts), pairs.m[a:b])[0]
+            ex = functools.partial(_expand, rows, r0, r1, counts)
+            out[a:b] = _chunk_forward(cfg, rf, ex, pairs.m[a:b])[0]
     return out
 
 
