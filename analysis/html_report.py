@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from countlens.errors import UsageError
 from countlens.io import write_text_atomic
+from countlens.locations import location_label
 
 REPORT_FILE = "reproduce.json"
 STAGE_FILE = "stage.json"
@@ -429,7 +430,8 @@ def _fractions(page: Page, rel: str) -> str:
 def probe_view(page: Page, s: Section) -> None:
     rel = s.rel
     locs = s.data.get("locations", [])
-    cols = ("alpha", "val_rounded_acc", "test_rounded_acc", "r2", "coef_norm")
+    cols = ("alpha", "val_rounded_acc", "test_rounded_acc", "r2", "coef_norm", "control_test_rounded_acc",
+            "selectivity")
     rows = []
     for i, loc in enumerate(locs):
         for j, fit in enumerate(loc.get("fits", [])):
@@ -446,7 +448,14 @@ def probe_view(page: Page, s: Section) -> None:
         page.add(f"<p>Best location by validation accuracy: {label} ({page.v(rel, 'best_location')}).</p>")
     page.add("<details><summary>Selected probe per location and split seed</summary>"
              + table(["location", "split seed", "α", "validation rounded accuracy", "test rounded accuracy", "R²",
-                      "native norm"], rows) + "</details>")
+                      "native norm", "control-task test accuracy", "selectivity"], rows) + "</details>")
+    if page.has(rel, "behaviour", "accuracy"):
+        page.add("<p>The model's own greedy answer (parsed by one rule: exactly one number in the answer, else "
+                 f"unparsed, counted wrong) is exact on {page.v(rel, 'behaviour', 'accuracy')} of the prompts "
+                 f"({page.v(rel, 'behaviour', 'parsed')} parse); Figure 7 draws it per count range beside the "
+                 "probe. Selectivity is the probe's test accuracy minus that of the same probe family, with α "
+                 "selected the same way, on the Hewitt–Liang control task (each count mapped to a fixed random "
+                 "other count).</p>")
 
 
 def sweep_view(page: Page, s: Section) -> None:
@@ -457,6 +466,32 @@ def sweep_view(page: Page, s: Section) -> None:
         f"selection{_fractions(page, rel)}. Colour is the relative ridge coefficient (α over the mean "
         "eigenvalue of the training design's Gram matrix); black stars are the unregularised "
         "(minimum-norm least-squares) probes, one per split seed.")
+
+
+def patching_view(page: Page, s: Section) -> None:
+    rel = s.rel
+    rows = [[_location_label(page, rel, "locations", i)]
+            + [page.v_or_dash(rel, "locations", i, k) for k in ("moved_to_source", "mean_shift", "mean_relative_shift",
+                                                              "logprob_change", "parsed")]
+            for i in range(len(s.data.get("locations", [])))]
+    page.caption(
+        "Each target prompt's boundary vector at one location is replaced by that of a prompt differing only in "
+        "count (same seed, wording and token pair), and the forward continues. Only the boundary position is "
+        "patched, so later blocks can still re-read the items: where answers follow the source is where the "
+        f"count is committed. The model's clean accuracy on the targets: {page.v(rel, 'clean_accuracy')}.")
+    page.add("<details><summary>Per location</summary>" + table(
+        ["location", "answers moved to the source", "mean answer shift", "shift / (source − target)",
+         "change of log p(correct), nats", "answers parsed"], rows) + "</details>")
+
+
+def steering_view(page: Page, s: Section) -> None:
+    rel = s.rel
+    label = location_label(str(s.data.get("location", "")))
+    page.caption(
+        f"At {html.escape(label)} ({page.v(rel, 'location')}), Δ·w/‖w‖² along the validation-selected ridge probe "
+        f"w (native norm {page.v(rel, 'probe_norm')}) is added to the boundary vector, so the probe's read-out "
+        "moves by exactly Δ; the grey line is a random direction of the same norm. The curve is the model's mean "
+        f"answer shift; its clean accuracy on these prompts: {page.v(rel, 'clean_accuracy')}.")
 
 
 def compare_view(page: Page, s: Section) -> None:

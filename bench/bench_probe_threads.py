@@ -2,7 +2,7 @@
 
 Runs the whole probe experiment (:func:`countlens.probes.run_probes`: every location x 3 split seeds x the
 default 41-α grid, selection on validation, scoring on test) on synthetic captures of two shapes —
-384 rows x 19 locations x 896 dims (the issue's capture: n < d) and 1,212 x 31 x 576 (the SmolLM2 demo
+384 rows x 19 locations x 896 dims (a capture with n < d, first reported slow) and 1,212 x 31 x 576 (the SmolLM2 demo
 capture) — with ``blas_threads=1`` and with the BLAS threads the process has by default, first idle, then
 while one busy-loop process per core competes for the CPUs (what another job on a shared machine does).
 Both settings give identical probes (asserted).

@@ -1,5 +1,8 @@
+"""``python -m countlens``: the same entry point as the ``countlens`` command."""
+
 import sys
 
 from countlens.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":
+    sys.exit(main())

@@ -367,10 +367,11 @@ def build_stages(out: Path, preset: str, capture: dict[str, Any] | None = None) 
               run_compare, ("compare.json", "compare.png"), draw_compare, ["capture", "toy-construct"],
               inputs={"work_dir": out / "compare"}, result_type=CompareResult, view=page.compare_view),
         Stage("patching", "Figure 9a: boundary activation patching", patching, run_patching,
-              ("patching.json", "fig9a_patching.png"), draw_patching, save_to_file=True, result_type=PatchingResult),
+              ("patching.json", "fig9a_patching.png"), draw_patching, save_to_file=True, result_type=PatchingResult,
+              view=page.patching_view),
         Stage("steering", "Figure 9b: steering along the probe", steering, run_steering,
               ("steering.json", "fig9b_steering.png"), draw_steering, ["capture", "probe"], save_to_file=True,
-              result_type=SteeringResult),
+              result_type=SteeringResult, view=page.steering_view),
     ]
 
 

@@ -30,8 +30,14 @@ from typing import Any
 from countlens.errors import UsageError
 from countlens.io import write_json_atomic
 from countlens.llm.capture import capture_shard, model_facts
-from countlens.llm.experiments import CaptureConfig, CaptureResult, capture_runner, plan_capture
-from countlens.store import ActivationWriter, existing_capture, load_capture
+from countlens.llm.experiments import (
+    CaptureConfig,
+    CaptureResult,
+    capture_is_whole,
+    capture_runner,
+    plan_capture,
+)
+from countlens.store import ActivationWriter, existing_capture
 
 RAY_INSTALL = "pip install 'countlens[ray]'"
 RETRIES = 3  # restarts of a dead actor, and retries of the shard it was capturing
@@ -228,7 +234,7 @@ def run_capture_on_ray(config: CaptureConfig, out: str | Path, target: str = "au
     plan = plan_capture(config, progress)
     folder, out = Path(out), Path(out).resolve()  # workers need the absolute path: their cwd is not ours
     old = existing_capture(out, plan.key)
-    if old is not None and old.get("complete") and _readable(out):
+    if old is not None and old.get("complete") and capture_is_whole(out):
         return RayCaptureResult(**vars(CaptureResult.from_folder(folder)))
     shards = plan.shards()
     done = ActivationWriter(out, old).finished_shards() & set(range(len(shards))) if old is not None else set()
@@ -253,7 +259,7 @@ def run_capture_on_ray(config: CaptureConfig, out: str | Path, target: str = "au
         raise UsageError(f"shard(s) {', '.join(map(str, missing))} of {out} did not read back after capture; "
                          "rerun the same command to recompute them")
     writer.finish({"n_rows": len(plan.prompts), "capture_seconds": round(time.perf_counter() - started, 3)})
-    if not _readable(out):
+    if not capture_is_whole(out):
         write_json_atomic(out / "meta.json", {**writer.meta, "complete": False})
         raise UsageError(f"{out} does not read back whole after capture; rerun the same command to resume")
     return RayCaptureResult(**vars(CaptureResult.from_folder(folder)), scheduled=sorted(todo), shards=records,
@@ -283,14 +289,6 @@ def _capture_shards(ray, plan, out: Path, todo: dict[int, list], target: str, pr
         for actor in actors:
             ray.kill(actor)
     return writer, described, records
-
-
-def _readable(out_dir: Path) -> bool:
-    try:
-        load_capture(out_dir)
-    except UsageError:
-        return False
-    return True
 
 
 __all__ = ["RAY_INSTALL", "RETRIES", "import_ray", "parse_target", "ray_cluster", "check_shared_storage",

@@ -13,7 +13,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -255,7 +255,7 @@ def run_capture(config: CaptureConfig, out: str | Path, loaded: LoadedModel | No
     plan = plan_capture(config, progress)
     out = Path(out)
     old = existing_capture(out, plan.key)
-    if old is not None and old.get("complete") and _readable(out):
+    if old is not None and old.get("complete") and capture_is_whole(out):
         return CaptureResult.from_folder(out)
     loaded, runner = capture_runner(plan, loaded, progress)
     writer = ActivationWriter(out, plan.meta(model_facts(loaded, runner.names)))
@@ -333,7 +333,7 @@ def random_init_model(ref: ModelRef, tokenizer, seed: int, device: str = "cpu", 
                        device=device)
 
 
-def _readable(out_dir: Path) -> bool:
+def capture_is_whole(out_dir: Path) -> bool:
     """Whether a capture folder marked complete loads whole (every shard readable, every row present)."""
     try:
         load_capture(out_dir)
@@ -394,13 +394,35 @@ class PatchingConfig:
                               template=self.template).validate()
 
 
+class _RowsResult:
+    """What the two Figure 9 results share: ``to_dict``, ``from_dict`` (a one-line error naming the command
+    that writes the file) and ``save(path)``: the JSON at ``path`` and beside it the same name in ``.csv``,
+    one row per record of ``rows``."""
+
+    FILE = ""
+    COMMAND = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]):
+        return _from_dict(cls, data, cls.FILE, cls.COMMAND)
+
+    def save(self, path: str | Path) -> list[Path]:
+        return _save_rows(self, Path(path))
+
+
 @dataclass
-class PatchingResult:
+class PatchingResult(_RowsResult):
     """Per location (``locations``): ``moved_to_source`` (fraction of patched answers equal to ``n_s``),
     ``mean_shift`` (mean patched − clean parsed answer, over rows where both parse), ``mean_relative_shift``
     (the same divided by ``n_s − n_t``: 1 = all the way to the source), ``logprob_change`` (mean change of
     the target's correct-answer log-probability, nats), ``parsed`` (patched answers that parse).
     ``rows``: one record per (pair of prompts, location)."""
+
+    FILE: ClassVar[str] = "patching.json"
+    COMMAND: ClassVar[str] = "countlens llm patch"
 
     config: dict[str, Any]
     model: str
@@ -410,17 +432,6 @@ class PatchingResult:
     seconds: float = 0.0
     provenance: dict[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> PatchingResult:
-        return _from_dict(cls, data, "patching.json", "countlens llm patch")
-
-    def save(self, path: str | Path) -> list[Path]:
-        """The JSON at ``path`` (e.g. ``patching.json``) and beside it the same name in ``.csv``: one row per
-        pair of prompts and location."""
-        return _save_rows(self, Path(path))
 
 
 def _from_dict(cls, data: dict[str, Any], name: str, command: str):
@@ -543,11 +554,14 @@ class SteeringConfig:
 
 
 @dataclass
-class SteeringResult:
+class SteeringResult(_RowsResult):
     """Per direction (``probe``, ``random``) and Δ (``curves``): ``mean_shift`` (mean steered − clean parsed
     answer over rows where both parse), ``mean_answer``, ``parsed``; ``probe_norm`` = ‖w‖ (native),
     ``readout_shift`` = the probe's read-out change per Δ (equal to Δ by construction). ``rows``: one record
     per (prompt, direction, Δ)."""
+
+    FILE: ClassVar[str] = "steering.json"
+    COMMAND: ClassVar[str] = "countlens llm steer"
 
     config: dict[str, Any]
     model: str
@@ -559,17 +573,6 @@ class SteeringResult:
     seconds: float = 0.0
     provenance: dict[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SteeringResult:
-        return _from_dict(cls, data, "steering.json", "countlens llm steer")
-
-    def save(self, path: str | Path) -> list[Path]:
-        """The JSON at ``path`` (e.g. ``steering.json``) and beside it the same name in ``.csv``: one row per
-        prompt, direction and Δ."""
-        return _save_rows(self, Path(path))
 
 
 def probe_direction(probes: dict[str, Any], meta: dict[str, Any], location: str | None) -> tuple[str, np.ndarray]:

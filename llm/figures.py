@@ -70,17 +70,9 @@ def plot_steering(result: SteeringResult):
 
 def draw_patching(result: PatchingResult, folder: str | Path) -> list[Path]:
     """``fig9a_patching.png`` / ``.pdf`` in ``folder``."""
-    fig = plot_patching(result)
-    try:
-        return save_figure(fig, Path(folder) / "fig9a_patching")
-    finally:
-        plt.close(fig)
+    return save_figure(plot_patching(result), Path(folder) / "fig9a_patching")  # save_figure closes it
 
 
 def draw_steering(result: SteeringResult, folder: str | Path) -> list[Path]:
     """``fig9b_steering.png`` / ``.pdf`` in ``folder``."""
-    fig = plot_steering(result)
-    try:
-        return save_figure(fig, Path(folder) / "fig9b_steering")
-    finally:
-        plt.close(fig)
+    return save_figure(plot_steering(result), Path(folder) / "fig9b_steering")  # save_figure closes it

@@ -10,22 +10,10 @@ import pytest
 from countlens.cli import main
 from countlens.io import write_json_atomic
 from countlens.store import load_capture, read_meta
+from tests.helpers.cli import assert_one_line_error, run_cli
 from tests.helpers.llm_fixtures import smollm2_tokenizer, tiny_model_dir, tiny_models  # noqa: F401
 
 SMALL = ["--L", "12", "--pairs", "a/b", "--configs", "count", "--seeds", "0", "--quiet"]
-
-
-def run_cli(capsys, *argv):
-    code = main(["llm", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_one_line_error(code, err, *words):
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert code == 2 and len(lines) == 1 and lines[0].startswith("countlens: error:"), err
-    for word in words:
-        assert word in lines[0], lines[0]
 
 
 @pytest.fixture(scope="module")

@@ -116,7 +116,7 @@ def test_construction_needs_three_dimensions():
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", ["softmax", "softmax-postln-learned"])
 def test_construction_passes_at_L1000_with_norms_at_most_one(variant):
-    """Issue 3's done criterion: the classifier counts at L = 1,000 with every vector's norm <= 1."""
+    """The classifier construction counts at L = 1,000 with every vector's norm <= 1."""
     cfg = ToyConfig(variant, 16, 1000, readout="classification")
     p = classifier_construction(cfg)
     check = full_domain_check(cfg, p)

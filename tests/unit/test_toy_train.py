@@ -169,7 +169,7 @@ def test_trainer_refuses_a_domain_too_small_to_split():
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", ["softmax", "softmax-postln-learned"])
 def test_done_criterion_regression_counts_at_L50_for_three_seeds(variant):
-    """Issue 3's done criterion: L-BFGS from random init, d = 16, L = 50, seeds 0, 1, 2."""
+    """Training reaches rounding-exact counting: L-BFGS from random init, d = 16, L = 50, seeds 0, 1, 2."""
     for seed in range(3):
         r = train(ToyConfig(variant, 16, 50), TrainConfig(steps=1000, seed=seed, log_every=10,
                                                            stop_when_passed=True))
