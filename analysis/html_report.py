@@ -25,7 +25,6 @@ from typing import Any, Protocol
 
 from countlens.errors import UsageError
 from countlens.io import write_text_atomic
-from countlens.locations import location_label
 
 REPORT_FILE = "reproduce.json"
 STAGE_FILE = "stage.json"
@@ -486,9 +485,8 @@ def patching_view(page: Page, s: Section) -> None:
 
 def steering_view(page: Page, s: Section) -> None:
     rel = s.rel
-    label = location_label(str(s.data.get("location", "")))
     page.caption(
-        f"At {html.escape(label)} ({page.v(rel, 'location')}), Δ·w/‖w‖² along the validation-selected ridge probe "
+        f"At {page.v(rel, 'location')}, Δ·w/‖w‖² along the validation-selected ridge probe "
         f"w (native norm {page.v(rel, 'probe_norm')}) is added to the boundary vector, so the probe's read-out "
         "moves by exactly Δ; the grey line is a random direction of the same norm. The curve is the model's mean "
         f"answer shift; its clean accuracy on these prompts: {page.v(rel, 'clean_accuracy')}.")
