@@ -56,7 +56,7 @@ def features(n_locations: int, d: int, dtype: str = "float32", answers: bool = F
     ``answers``, also the :data:`ANSWER_COLUMNS`)."""
     import datasets
 
-    extra = {"answer_text": datasets.Value("string"), "answer": datasets.Value("int32"),
+    extra = {"answer_text": datasets.Value("string"), "answer": datasets.Value("int64"),
              "answer_logprob": datasets.Value("float64")} if answers else {}
     return datasets.Features({
         "acts": datasets.Array2D(shape=(n_locations, d), dtype=dtype),

@@ -8,7 +8,9 @@ log-probability one more short forward over its tokens — never another prompt 
 **Parse rule.** The answer is the integer written in the generated text when the text holds exactly one
 number, a number being a maximal run of ASCII digits, optionally preceded by ``-``. Anything else — no
 number (``""``, ``"forty-two"``) or several (``"4 2"``, ``"1,000"``, ``"4.5"``) — is *unparsed* (``None``),
-never guessed. Number words are not read: the prompts ask for a number.
+never guessed. Number words are not read: the prompts ask for a number. A number of more than 18 digits
+(no count is that large, and it would not fit the capture's int64 ``answer`` column; a small model can
+repeat a digit until its token budget ends, ``"1111111111111111111"``) is unparsed too.
 
 **Correct answer string.** The count's decimal digits as the assistant would start its turn: ``"42"`` after
 a chat template's boundary, ``" 42"`` after the plain template's ``Answer:``.
@@ -34,12 +36,15 @@ from countlens.store import ANSWER_COLUMNS
 
 ANSWER_TOKENS = 16  # small chat models write a short sentence before the number
 _NUMBER = re.compile(r"-?[0-9]+")
+_MAX_DIGITS = 18  # every such integer fits int64
 
 
 def parse_answer(text: str) -> int | None:
     """The integer of ``text`` by the parse rule (exactly one number), else ``None``."""
     numbers = _NUMBER.findall(text or "")
-    return int(numbers[0]) if len(numbers) == 1 else None
+    if len(numbers) != 1 or len(numbers[0].lstrip("-")) > _MAX_DIGITS:
+        return None
+    return int(numbers[0])
 
 
 def answer_string(n: int, template: str = "chat") -> str:

@@ -23,6 +23,7 @@ PARSE_TABLE = [
     ("0", 0), ("007", 7), ("-3", -3),
     ("forty-two", None), ("4 2", None), ("", None), ("   ", None), ("1,000", None), ("4.5", None),
     ("between 3 and 5", None), ("The letter a appears", None), ("٤٢", None),
+    ("1111111111111", 1111111111111), ("1" * 19, None),  # a digit repeated until the token budget ends
 ]
 
 
@@ -146,3 +147,18 @@ def test_random_init_capture_is_seeded_and_differs_from_the_model(tiny_model_dir
     assert "random init, seed 0" in runs["r0"].meta["model"]
     assert np.array_equal(acts["r0"], acts["r0b"])
     assert not np.allclose(acts["r0"], acts["r1"]) and not np.allclose(acts["r0"], acts["model"])
+
+
+def test_a_long_parsed_answer_is_stored_whole(tmp_path):
+    """Regression: SmolLM2 answered "1111111111111" in `make demo`, which the int32 answer column refused."""
+    from countlens.store import ActivationWriter, column, load_capture
+
+    writer = ActivationWriter(tmp_path / "cap", {"locations": ["embed"], "d": 2, "settings": {}})
+    texts = ["1111111111111", "7", "no idea"]
+    writer.write_shard(0, {"acts": np.zeros((3, 1, 2)), "n": [1, 7, 2], "m": [0, 0, 0], "pair": ["a/b"] * 3,
+                           "config": ["count"] * 3, "seed": [0] * 3, "prompt": [""] * 3,
+                           "boundary_index": [0] * 3, "n_tokens": [1] * 3, "answer_text": texts,
+                           "answer": [parse_answer(t) for t in texts], "answer_logprob": [-1.0, -0.5, -2.0]})
+    writer.finish({"n_rows": 3})
+    ds = load_capture(tmp_path / "cap")
+    assert ds["answer"] == [1111111111111, 7, None] and column(ds, "answer_logprob").tolist() == [-1.0, -0.5, -2.0]
