@@ -131,7 +131,7 @@ def compute_geometry(cs: CentroidSet, low=LOW_WINDOW, high=HIGH_WINDOW, pca_coun
     Returns ``per_location`` (one dict per location) and ``pca`` (one dict per PCA location: counts,
     coords (k, 2), explained-variance ratio (2,)).
     """
-    from countlens.probes.ridge import blas_threads
+    from countlens.threads import blas_threads
 
     with blas_threads(1):  # every matrix is at most (counts x d): threads only add overhead (BENCHMARKS.md)
         return _compute_geometry(cs, low, high, pca_counts, pca_locations)

@@ -62,6 +62,7 @@ from countlens.probes.experiments import (
     run_sweep,
 )
 from countlens.probes.figures import draw_probes, draw_sweep
+from countlens.threads import TOY_THREADS, torch_threads
 from countlens.toy.experiments import (
     ConstructConfig,
     DynamicsResult,
@@ -106,6 +107,7 @@ class Stage:
     ``outputs`` (relative to the stage folder) must exist afterwards; ``needs`` names the stages whose
     outputs ``inputs`` point at. With ``cache``, ``run`` also gets ``cache=`` a :class:`ResultCache` to resume
     from. ``result_type`` reads the saved result back (``from_dict``) and ``view`` shows it on the report.
+    ``threads`` caps torch's intra-op threads while it runs (the toy stages: one, as ``countlens toy``).
     """
 
     name: str
@@ -120,6 +122,7 @@ class Stage:
     save_to_file: bool = False
     result_type: Any = None
     view: Callable[..., None] | None = None
+    threads: int | None = None  # torch intra-op threads while it runs (None: the process's)
 
     def call(self) -> str:
         """The Python call that reruns this stage, for the report's "Calls" list."""
@@ -191,7 +194,8 @@ def run_stage(out: Path, stage: Stage) -> dict[str, Any]:
     cache = ResultCache(folder / CACHE_FOLDER, stage.name) if stage.cache else None
     kwargs = {**stage.inputs, **({"cache": cache} if cache is not None else {})}
     try:
-        result = stage.run(stage.config, **kwargs)
+        with torch_threads(stage.threads):
+            result = stage.run(stage.config, **kwargs)
         if hasattr(result, "save"):
             result.save(folder / stage.outputs[0] if stage.save_to_file else folder)
         if stage.draw is not None:
@@ -268,12 +272,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         "toy-rates": RatesConfig.paper(), "toy-lcap": LcapConfig(), "toy-table2": Table2Config(),
         "toy-table3": Table3Config(attained=True), "toy-figure1": Figure1Config(), "toy-figure2": Figure2Config(),
         "toy-figure3": Figure3Config(), "toy-figure4": Figure4Config(), "toy-construct": _constructions(16, 100),
-        # All four token pairs (Figure 5 averages them, as the paper does) and one wording: 1,212 prompts,
-        # each with the model's own answer (Figure 7's behaviour line).
-        "capture": CaptureConfig(L=256, counts=_COUNTS, per_count=1, seeds=[0, 1, 2], configs=["count"],
-                                 answers=True),
+        # All four token pairs (Figure 5 averages them, as the paper does), one wording and one seed: 404
+        # prompts, each with the model's own answer (Figure 7's behaviour line). At about 0.75 s a prompt
+        # on 2 idle cores (BENCHMARKS.md) this is the share of the 15 minutes the capture can have.
+        "capture": CaptureConfig(L=256, counts=_COUNTS, per_count=1, seeds=[0], configs=["count"], answers=True),
         "probe": {}, "probe-sweep": {}, "geometry": _WINDOWS, "compare": {"arc_counts": (1, 100), **_WINDOWS},
-        "patching": PatchingConfig(), "steering": SteeringConfig(),
+        "patching": PatchingConfig(), "steering": SteeringConfig(max_prompts=4),
     },
     "full": {
         "toy-rates": RatesConfig.paper(), "toy-lcap": LcapConfig(), "toy-table2": Table2Config.paper(),
@@ -327,19 +331,20 @@ def build_stages(out: Path, preset: str, capture: dict[str, Any] | None = None) 
                                    device=capture_config.device)
     table3 = out / "toy-table3" / "table3.json"
     constructs = p["toy-construct"]
-    toy = {"inputs": {"progress": True}, "cache": True, "save_to_file": True}
+    one = {"threads": TOY_THREADS}  # the toy stages run on one torch thread, as `countlens toy` does
+    toy = {"inputs": {"progress": True}, "cache": True, "save_to_file": True, **one}
     return [
         Stage("toy-rates", "Table 1: B_min rates", p["toy-rates"], run_rates, ("rates.json",), inputs={"progress": True},
-              save_to_file=True, result_type=RatesResult, view=page.rates_view),
+              save_to_file=True, result_type=RatesResult, **one, view=page.rates_view),
         Stage("toy-lcap", "Table 1: L_cap of bare pre-LN", p["toy-lcap"], run_lcap, ("lcap.json",),
-              inputs={"progress": True}, save_to_file=True, result_type=LcapResult, view=page.lcap_view),
+              inputs={"progress": True}, save_to_file=True, result_type=LcapResult, view=page.lcap_view, **one),
         Stage("toy-table2", "Table 2: trained softmax", p["toy-table2"], run_table2, ("table2.json",), **toy,
               result_type=Table2Result, view=page.table2_view),
         Stage("toy-table3", "Table 3: capacity under a cap", p["toy-table3"], run_table3, ("table3.json",), **toy,
               result_type=Table3Result, view=page.table3_view),
         Stage("toy-figure1", "Figure 1", p["toy-figure1"], run_figure1, ("figure1.json", "figure1.png"),
               draw_figure1, inputs={"progress": True}, save_to_file=True, result_type=Figure1Result,
-              view=page.figure1_view),
+              view=page.figure1_view, **one),
         # Panel (d) of Figure 2 is Table 3's attained column: reuse it rather than train again.
         Stage("toy-figure2", "Figure 2", dataclasses.replace(p["toy-figure2"], table3=str(table3)), run_figure2,
               ("figure2.json", "figure2.png"), draw_figure2, ["toy-table3"], **toy, result_type=Figure2Result,
@@ -349,7 +354,7 @@ def build_stages(out: Path, preset: str, capture: dict[str, Any] | None = None) 
         Stage("toy-figure4", "Figure 4", p["toy-figure4"], run_figure4, ("figure4.json", "figure4.png"),
               draw_figure4, **toy, result_type=DynamicsResult, view=page.figure4_view),
         Stage("toy-construct", "Toy constructions for the comparison", constructs, run_constructions,
-              tuple(f"{c.variant}.json" for c in constructs), inputs={"folder": out / "toy-construct"}),
+              tuple(f"{c.variant}.json" for c in constructs), inputs={"folder": out / "toy-construct"}, **one),
         Stage("capture", "Capture: assistant-boundary residual stream", capture_config, run_capture,
               (f"{ACTS}/meta.json",), inputs={"out": acts}),
         Stage("geometry", "Figures 5 and 6: layerwise geometry", GeometryConfig(acts=str(acts), **p["geometry"]),

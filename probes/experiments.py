@@ -44,7 +44,6 @@ from countlens.probes.metrics import (
 from countlens.probes.ridge import (
     DEFAULT_ALPHAS,
     RidgePathProbe,
-    blas_threads,
     log_grid,
     native_ridge_path,
     ridge_path,
@@ -52,6 +51,7 @@ from countlens.probes.ridge import (
 )
 from countlens.probes.splits import DEFAULT_FRACTIONS, split_rows
 from countlens.store import acts_array, capture_meta, column, load_capture
+from countlens.threads import blas_threads
 
 # The sweep reaches further into strong penalties than the selection grid (DEFAULT_ALPHA_GRID, 1e-6..1e4):
 # Figure 8 draws the whole trade-off, down to probes shrunk almost to zero norm, while selection never

@@ -19,7 +19,6 @@ scale) and report ``coef_`` in the activations' own coordinates, so ``np.linalg.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -225,17 +224,6 @@ def _solve_eigen_covariance(Xc: np.ndarray, yc: np.ndarray, alphas: np.ndarray) 
     denom = lam[None, :] + alphas[:, None]  # (A, d)
     keep = np.where(alphas[:, None] == 0, lam[None, :] > cut, denom > 0)
     return np.where(keep, Vty[None, :] / np.where(keep, denom, 1.0), 0.0) @ V.T  # (A, d)
-
-
-def blas_threads(limit: int | None):
-    """A context manager allowing at most ``limit`` BLAS threads inside it (``None``: as the process has
-    them). Decompositions are chosen per size: on small matrices, or on a machine whose cores are busy,
-    extra BLAS threads spin and slow the work down (BENCHMARKS.md)."""
-    if limit is None:
-        return contextlib.nullcontext()
-    from threadpoolctl import threadpool_limits
-
-    return threadpool_limits(limits=int(limit), user_api="blas")
 
 
 SOLVERS = ("auto", "bidiag", "svd", "gram", "covariance")

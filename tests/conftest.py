@@ -16,12 +16,10 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 def one_torch_thread():
     """Run a test on one torch thread: the toy's tensors are small, and a second thread only adds
     contention on a shared machine."""
-    import torch
+    from countlens.threads import torch_threads
 
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    with torch_threads(1):
+        yield
 
 
 @pytest.fixture(scope="session")

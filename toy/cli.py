@@ -16,6 +16,7 @@ from countlens.args import HelpFormatter, parse_float_list, parse_int_list, posi
 from countlens.cache import ResultCache
 from countlens.errors import UsageError
 from countlens.io import provenance, write_json_atomic
+from countlens.threads import TOY_THREADS, torch_threads
 from countlens.toy import experiments as ex
 from countlens.toy.domain_loss import LOSSES
 from countlens.toy.model import READOUTS, VARIANTS, ToyConfig
@@ -79,21 +80,13 @@ def _out_dir(text: str) -> Path:
 
 
 def _with_threads(func: Any) -> Any:
-    """Run a command with ``--threads`` torch intra-op threads (default 1), restoring the previous count.
-
-    The toy's tensors are small: on a shared 2-core machine a second thread costs more in contention than it
-    gains (a mini-batch step measured 5x slower with 2 threads under load), hence the default of 1.
-    """
+    """Run a command with ``--threads`` torch intra-op threads (default :data:`countlens.threads.TOY_THREADS`),
+    restoring the previous count: the toy's tensors are small, so a second thread costs more in contention
+    than it gains (BENCHMARKS.md)."""
     @functools.wraps(func)
     def run(args: argparse.Namespace) -> Any:
-        import torch
-
-        before = torch.get_num_threads()
-        torch.set_num_threads(args.threads)
-        try:
+        with torch_threads(args.threads):
             return func(args)
-        finally:
-            torch.set_num_threads(before)
 
     return run
 
@@ -263,7 +256,7 @@ def _parser(sub: Any, name: str, help: str, description: str, func: Any) -> argp
 
 
 def _add_threads(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--threads", type=positive_int, default=1,
+    p.add_argument("--threads", type=positive_int, default=TOY_THREADS,
                    help="torch intra-op threads (the toy's tensors are small: more threads rarely help)")
 
 

@@ -162,13 +162,16 @@ class TrainResult:
     norms: dict[str, float]
     log: list[dict[str, Any]] = field(default_factory=list)
     params: dict[str, Any] = field(default_factory=dict)
+    # Under a cap: the largest norm any projection met (see project_to_cap). At most the cap means the cap
+    # never acted, so training under any cap >= peak_norm runs the same trajectory. None: uncapped/unknown.
+    peak_norm: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainResult:
-        return cls(**{f.name: data[f.name] for f in fields(cls)})
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data or f.name != "peak_norm"})
 
     def toy(self) -> tuple[ToyConfig, ToyParams]:
         """The trained model back as ``(cfg, params)``."""
@@ -204,19 +207,28 @@ def sample_pairs(L: int, k: int, rng: np.random.Generator) -> tuple[np.ndarray, 
     return n.astype(np.float64), (i - offsets[n]).astype(np.float64)
 
 
-def project_to_cap(p: ToyParams, cap: float) -> None:
-    """Scale every vector back to norm ``<= cap`` in place (rows of ``U`` one by one; ``b0``, ``c`` clipped)."""
+def project_to_cap(p: ToyParams, cap: float) -> float:
+    """Scale every vector back to norm ``<= cap`` in place (rows of ``U`` one by one; ``b0``, ``c`` clipped).
+
+    Returns the largest norm (``|value|`` for scalars and ``c``'s entries) before the projection: when it is
+    ``<= cap`` the projection changed nothing, bit for bit.
+    """
+    peak = 0.0
     with torch.no_grad():
         for name, t in p.tensors().items():
             if t.dim() == 0 or name == "c":
+                peak = max(peak, float(t.abs().max()))
                 t.clamp_(-cap, cap)
             elif name == "U":
                 norms = torch.linalg.vector_norm(t, dim=1, keepdim=True)  # (L+1, 1)
+                peak = max(peak, float(norms.max()))
                 t.mul_(torch.clamp(cap / norms.clamp_min(1e-300), max=1.0))
             else:
                 norm = float(torch.linalg.vector_norm(t))
+                peak = max(peak, norm)
                 if norm > cap:
                     t.mul_(cap / norm)
+    return peak
 
 
 def log_score_scale(cfg: ToyConfig, p: ToyParams) -> float:
@@ -259,7 +271,8 @@ def loss_fn(cfg: ToyConfig, p: ToyParams, n: torch.Tensor, m: torch.Tensor, ce_s
     return torch.nn.functional.cross_entropy(ce_scale * out, n.long())
 
 
-def _params_digest(p: ToyParams) -> str:
+def params_digest(p: ToyParams) -> str:
+    """A short digest of the parameters' exact values."""
     h = hashlib.sha256()
     for name, t in sorted(p.tensors().items()):
         h.update(name.encode())
@@ -283,9 +296,8 @@ class Trainer:
         self.cfg, self.tcfg = cfg, tcfg
         self.params = (init.detach() if init is not None
                        else model.init_params(cfg, seed=tcfg.seed, scale=tcfg.init_scale))
-        if tcfg.cap is not None:
-            project_to_cap(self.params, tcfg.cap)
-        self.init_digest = _params_digest(self.params)
+        self.peak_norm = project_to_cap(self.params, tcfg.cap) if tcfg.cap is not None else None
+        self.init_digest = params_digest(self.params)
         for t in self.params.tensors().values():
             t.requires_grad_(True)
         self.generator = torch.Generator().manual_seed(tcfg.seed + 99_991)
@@ -353,7 +365,7 @@ class Trainer:
         loss = float(self.optimizer.step(closure).detach())
         self.step_count += 1
         if self.tcfg.cap is not None:
-            project_to_cap(self.params, self.tcfg.cap)
+            self.peak_norm = max(self.peak_norm, project_to_cap(self.params, self.tcfg.cap))
         if not math.isfinite(loss):
             raise TrainingDiverged(self.step_count, f"the loss is {loss}")
         for name, t in self.params.tensors().items():
@@ -426,7 +438,7 @@ class Trainer:
             test_exact_accuracy=last["test_exact_accuracy"],
             full_domain_worst_error=last["full_domain_worst_error"], worst_pair=last["worst_pair"],
             passed=last["passed"], max_norm=last["max_norm"], norms=p.vector_norms(), log=list(self.log),
-            params=p.to_dict(self.cfg),
+            params=p.to_dict(self.cfg), peak_norm=self.peak_norm,
         )
 
     # --- checkpoints ---
@@ -436,7 +448,8 @@ class Trainer:
                 "params": {k: v.detach().clone() for k, v in self.params.tensors().items()},
                 "optimizer": self.optimizer.state_dict(), "generator": self.generator.get_state(),
                 "log": self.log, "rng": self.rng.bit_generator.state,
-                "working_set": (self.ws_n, self.ws_m) if self.tcfg.working_set else None}
+                "working_set": (self.ws_n, self.ws_m) if self.tcfg.working_set else None,
+                "peak_norm": self.peak_norm}
 
     def load_state_dict(self, state: dict[str, Any], source: str = "checkpoint") -> None:
         if not isinstance(state, dict) or state.get("format") != _CHECKPOINT_FORMAT:
@@ -453,6 +466,8 @@ class Trainer:
             self._set_working_set(*state["working_set"])
         self.step_count = int(state["step"])
         self.log = list(state["log"])
+        if self.peak_norm is not None:  # a checkpoint without it: as if the cap had acted
+            self.peak_norm = state.get("peak_norm", math.inf)
 
 
 def save_checkpoint(trainer: Trainer, path: str | Path) -> None:
@@ -499,5 +514,5 @@ def train(cfg: ToyConfig, tcfg: TrainConfig, init: ToyParams | None = None, chec
 __all__ = [
     "OPTIMIZERS", "TrainConfig", "TrainResult", "TrainingDiverged", "Trainer", "train", "split_domain",
     "project_to_cap", "log_score_scale", "spacing_ratio", "exact_accuracy", "loss_fn", "save_checkpoint",
-    "load_checkpoint",
+    "load_checkpoint", "params_digest",
 ]

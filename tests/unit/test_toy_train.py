@@ -53,6 +53,27 @@ def test_projection_caps_every_vector_and_keeps_directions():
             expected = rb if nb <= 3.0 else rb * (3.0 / nb)  # the closest point of the ball
             assert torch.allclose(r, expected, atol=1e-12)
 
+    # the returned peak is the largest norm met before projecting (|entry| for c and scalars)
+    peak = max(float(torch.linalg.vector_norm(b.reshape(-1, b.shape[-1]) if k == "U" else b.reshape(-1, 1)
+                                             if k == "c" or b.dim() == 0 else b.reshape(1, -1), dim=1).max())
+               for k, b in before.items())
+    q = model.init_params(cfg, seed=1, scale=10.0)
+    q.c = torch.linspace(-20, 20, 7, dtype=torch.float64)
+    assert project_to_cap(q, 3.0) == pytest.approx(peak, rel=1e-15)
+
+
+def test_a_cap_that_never_acts_leaves_the_trajectory_bit_for_bit():
+    # peak_norm <= cap means no projection changed anything, so any cap >= peak_norm trains the same run
+    cfg = ToyConfig("softmax", 4, 12)
+    base = dict(optimizer="lbfgs", steps=30, seed=3, working_set=16, log_every=10, loss="max")
+    wide = train(cfg, TrainConfig(cap=1e6, **base))
+    assert wide.peak_norm is not None and wide.peak_norm < 1e6
+    tight = train(cfg, TrainConfig(cap=wide.peak_norm * (1 + 1e-9), **base))
+    assert tight.params == wide.params and tight.peak_norm == wide.peak_norm
+    # and a cap below the peak does act: another trajectory
+    acted = train(cfg, TrainConfig(cap=wide.peak_norm * 0.5, **base))
+    assert acted.peak_norm > wide.peak_norm * 0.5 and acted.params != wide.params
+
 
 def test_losses_match_explicit_attention():
     pairs = [(0, 0), (3, 1), (1, 4), (5, 0), (2, 2)]
@@ -174,3 +195,29 @@ def test_done_criterion_regression_counts_at_L50_for_three_seeds(variant):
         r = train(ToyConfig(variant, 16, 50), TrainConfig(steps=1000, seed=seed, log_every=10,
                                                            stop_when_passed=True))
         assert r.passed and r.full_domain_worst_error < 0.5, (variant, seed, r.full_domain_worst_error)
+
+
+def test_attained_climbs_reuse_only_runs_their_cap_never_touched():
+    from countlens.toy.experiments import Table3Config, attained_column, attained_length
+
+    c = Table3Config(d=4, B=(1e3, 1e4), attained=True, attained_grid=(4, 8), attained_seeds=(0,),
+                     attained_steps=30, attained_check_every=10, attained_working_set=16)
+    column = attained_column("softmax", c)
+    small, big = column["attained_runs"]
+    assert small and all("reused_from_cap" not in r for r in small)
+    assert len(big) == len(small) and all(r["reused_from_cap"] == 1e3 for r in big)
+    # a reused run is the run a fresh climb at that cap makes
+    fresh = attained_length("softmax", 1e4, 4, [4, 8], [0], 30, losses=c.attained_loss, working_set=16,
+                            log_every=10)["runs"]
+    assert [{k: v for k, v in r.items() if k != "reused_from_cap"} for r in big] == fresh
+
+
+def test_torch_threads_sets_and_restores_the_count():
+    from countlens.threads import torch_threads
+
+    before = torch.get_num_threads()
+    with torch_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with torch_threads(None):
+        assert torch.get_num_threads() == before

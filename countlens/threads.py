@@ -1,0 +1,43 @@
+"""Thread counts for small numerics: torch intra-op threads and BLAS threads, each as a context manager.
+
+On small tensors and matrices extra threads mostly spin, and on a machine whose cores are busy they cost
+far more than they gain (measured in BENCHMARKS.md: the toy's Table 2 quick rows take 22 s with one torch
+thread and 31 s with two on an idle 2-core machine; many small ridge decompositions up to 15x slower with
+two BLAS threads under load). Rooms choose their count by measurement and set it through these two.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+# The toy's default torch threads (`countlens toy ... --threads`, the report's toy stages).
+TOY_THREADS = 1
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """At most ``n`` torch intra-op threads inside the block, the previous count restored after it
+    (``None``: leave the process's count)."""
+    if n is None:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def blas_threads(limit: int | None):
+    """A context manager allowing at most ``limit`` BLAS threads inside it (``None``: as the process has
+    them). Decompositions are chosen per size: on small matrices, or on a machine whose cores are busy,
+    extra BLAS threads spin and slow the work down (BENCHMARKS.md)."""
+    if limit is None:
+        return contextlib.nullcontext()
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=int(limit), user_api="blas")
