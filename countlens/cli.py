@@ -25,14 +25,16 @@ DESCRIPTION = """How a transformer represents a count, and what that costs in pa
 
 Definitions of every quantity: docs/definitions.md. Each command's --help lists its options."""
 
-# The areas' command modules, each with register(subparsers); only this module imports them.
-_AREAS = (
-    "countlens.toy.cli",
-    "countlens.llm.cli",
-    "countlens.probes.cli",
-    "countlens.analysis.cli",
-    "countlens.study",
-)
+# The areas' command modules, each with register(subparsers), by the commands they add; only this module
+# imports them, and only the one a command line names (so `countlens toy ...` does not import the LLM side).
+_AREAS = {
+    "toy": "countlens.toy.cli",
+    "llm": "countlens.llm.cli",
+    "probe": "countlens.probes.cli",
+    "geometry": "countlens.analysis.cli",
+    "compare": "countlens.analysis.cli",
+    "study": "countlens.study",
+}
 
 
 class Parser(OneLineParser):
@@ -44,16 +46,25 @@ class Parser(OneLineParser):
         super().__init__(*args, formatter_class=formatter_class, **kwargs)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _named_command(argv: list[str] | None) -> str | None:
+    """The command a command line names (its first argument), if it is one of ours."""
+    first = next(iter(argv), None) if argv else None
+    return first if first == "reproduce" or first in _AREAS else None
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The countlens parser: every command, or only the one ``argv`` names (a faster start)."""
     parser = Parser(prog="countlens", description=DESCRIPTION)
     from countlens import __version__
 
     parser.add_argument("--version", action="version", version=f"countlens {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
-    register_reproduce(sub)
-    for name in _AREAS:
-        importlib.import_module(name).register(sub)
+    command = _named_command(argv)
+    if command in (None, "reproduce"):
+        register_reproduce(sub)
+    for module in dict.fromkeys(m for c, m in _AREAS.items() if command in (None, c)):
+        importlib.import_module(module).register(sub)
     return parser
 
 
@@ -111,7 +122,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
         result = args.func(args)

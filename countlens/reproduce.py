@@ -19,6 +19,7 @@ and package versions that made them; every number on it is read from the JSON fi
 from __future__ import annotations
 
 import dataclasses
+import os
 import resource
 import sys
 import time
@@ -63,6 +64,7 @@ from countlens.probes.experiments import (
 )
 from countlens.probes.figures import draw_probes, draw_sweep
 from countlens.threads import TOY_THREADS, torch_threads
+from countlens.toy.budget import TABLE3_VARIANTS
 from countlens.toy.experiments import (
     ConstructConfig,
     DynamicsResult,
@@ -107,7 +109,9 @@ class Stage:
     ``outputs`` (relative to the stage folder) must exist afterwards; ``needs`` names the stages whose
     outputs ``inputs`` point at. With ``cache``, ``run`` also gets ``cache=`` a :class:`ResultCache` to resume
     from. ``result_type`` reads the saved result back (``from_dict``) and ``view`` shows it on the report.
-    ``threads`` caps torch's intra-op threads while it runs (the toy stages: one, as ``countlens toy``).
+    ``threads`` caps torch's intra-op threads while it runs (the toy stages: one, as ``countlens toy``);
+    ``options`` are further keyword arguments of ``run`` that change how it runs but never what it computes
+    (Table 3's ``workers``), so they are not part of the stage's settings.
     """
 
     name: str
@@ -123,10 +127,12 @@ class Stage:
     result_type: Any = None
     view: Callable[..., None] | None = None
     threads: int | None = None  # torch intra-op threads while it runs (None: the process's)
+    options: dict[str, Any] = field(default_factory=dict)  # how it runs, never what it computes
 
     def call(self) -> str:
         """The Python call that reruns this stage, for the report's "Calls" list."""
-        args = [repr(self.config)] + [f"{k}={str(v) if isinstance(v, Path) else v!r}" for k, v in self.inputs.items()]
+        args = [repr(self.config)] + [f"{k}={str(v) if isinstance(v, Path) else v!r}"
+                                      for k, v in {**self.inputs, **self.options}.items()]
         return f"{self.run.__module__}.{self.run.__qualname__}({', '.join(args)})"
 
     def settings(self) -> dict[str, Any]:
@@ -192,7 +198,7 @@ def run_stage(out: Path, stage: Stage) -> dict[str, Any]:
     start, cpu_start = time.perf_counter(), _cpu_seconds()
     print(f"reproduce: stage {stage.name} ...", file=sys.stderr, flush=True)
     cache = ResultCache(folder / CACHE_FOLDER, stage.name) if stage.cache else None
-    kwargs = {**stage.inputs, **({"cache": cache} if cache is not None else {})}
+    kwargs = {**stage.inputs, **stage.options, **({"cache": cache} if cache is not None else {})}
     try:
         with torch_threads(stage.threads):
             result = stage.run(stage.config, **kwargs)
@@ -310,6 +316,12 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+def toy_workers(jobs: int) -> int:
+    """Processes for ``jobs`` independent toy trainings (Table 2's runs, Table 3's attained columns): one per
+    core, at most one per job."""
+    return max(1, min(int(jobs), os.cpu_count() or 1))
+
+
 def run_constructions(configs: tuple[ConstructConfig, ...], folder: Path) -> None:
     """Every construction of ``configs``, each saved as ``folder/<variant>.json``."""
     for config in configs:
@@ -330,6 +342,7 @@ def build_stages(out: Path, preset: str, capture: dict[str, Any] | None = None) 
     steering = dataclasses.replace(p["steering"], acts=str(acts), probes=str(out / "probe" / "probes.json"),
                                    device=capture_config.device)
     table3 = out / "toy-table3" / "table3.json"
+    table2_runs = len(p["toy-table2"].d) * len(p["toy-table2"].L) * len(p["toy-table2"].seeds)
     constructs = p["toy-construct"]
     one = {"threads": TOY_THREADS}  # the toy stages run on one torch thread, as `countlens toy` does
     toy = {"inputs": {"progress": True}, "cache": True, "save_to_file": True, **one}
@@ -339,9 +352,9 @@ def build_stages(out: Path, preset: str, capture: dict[str, Any] | None = None) 
         Stage("toy-lcap", "Table 1: L_cap of bare pre-LN", p["toy-lcap"], run_lcap, ("lcap.json",),
               inputs={"progress": True}, save_to_file=True, result_type=LcapResult, view=page.lcap_view, **one),
         Stage("toy-table2", "Table 2: trained softmax", p["toy-table2"], run_table2, ("table2.json",), **toy,
-              result_type=Table2Result, view=page.table2_view),
+              result_type=Table2Result, view=page.table2_view, options={"workers": toy_workers(table2_runs)}),
         Stage("toy-table3", "Table 3: capacity under a cap", p["toy-table3"], run_table3, ("table3.json",), **toy,
-              result_type=Table3Result, view=page.table3_view),
+              result_type=Table3Result, view=page.table3_view, options={"workers": toy_workers(len(TABLE3_VARIANTS))}),
         Stage("toy-figure1", "Figure 1", p["toy-figure1"], run_figure1, ("figure1.json", "figure1.png"),
               draw_figure1, inputs={"progress": True}, save_to_file=True, result_type=Figure1Result,
               view=page.figure1_view, **one),

@@ -148,7 +148,7 @@ def cmd_table3(args: argparse.Namespace) -> int:
                      attained_loss=None if args.attained_loss is None else tuple(args.attained_loss.split(",")), attained_working_set=args.attained_working_set,
                      attained_check_every=args.attained_check_every)
     cache = _cache_beside(args.json)
-    result = ex.run_table3(config, progress=True, cache=cache)
+    result = ex.run_table3(config, progress=True, cache=cache, workers=args.workers)
     if args.json:
         result.save(args.json)
     cache.clear()
@@ -196,7 +196,7 @@ def cmd_table2(args: argparse.Namespace) -> int:
     config = _config(_sizes(ex.Table2Config, args), d=_ints(args.d, "--d"), L=_ints(args.L, "--L"),
                      seeds=_ints(args.seeds, "--seeds"), steps=args.steps, optimizer=args.optimizer, lr=args.lr)
     cache = _cache_beside(args.json)
-    result = ex.run_table2(config, progress=True, cache=cache)
+    result = ex.run_table2(config, progress=True, cache=cache, workers=args.workers)
     result.save(args.json)
     cache.clear()
     print(result.format())
@@ -253,6 +253,12 @@ def _parser(sub: Any, name: str, help: str, description: str, func: Any) -> argp
     p = sub.add_parser(name, help=help, description=description, formatter_class=HelpFormatter)
     p.set_defaults(func=func)
     return p
+
+
+def _add_workers(p, what: str) -> None:
+    p.add_argument("--workers", type=positive_int, default=1,
+                   help=f"processes training {what} side by side, one torch thread each (the table is the same "
+                        "with any number)")
 
 
 def _add_threads(p: argparse.ArgumentParser) -> None:
@@ -325,6 +331,7 @@ def _add_theory(sub: Any) -> None:
     g.add_argument("--attained-check-every", type=int, default=None,
                    help="L-BFGS steps between full-domain checks (the working set grows after each failed one) "
                         f"{_default(ex.Table3Config, 'attained_check_every', None)}")
+    _add_workers(g, "the variants' attained columns")
     _add_threads(p)
 
     p = _parser(sub, "figure1", "Figure 1: boundary representations h(n, 0), four panels",
@@ -387,6 +394,7 @@ def _add_train(sub: Any) -> None:
     p.add_argument("--lr", type=float, default=None, help="learning rate (default: 1 for L-BFGS, 1e-2 for Adam)")
     p.add_argument("--full", action="store_true", help="the paper's sizes (long: see BENCHMARKS.md)")
     p.add_argument("--json", required=True, help="output JSON")
+    _add_workers(p, "the runs")
     _add_threads(p)
 
 

@@ -408,17 +408,24 @@ class Table2Result(_Result):
         return "\n".join(lines)
 
 
-def run_table2(config: Table2Config, progress: bool = False, cache: ResultCache | None = None) -> Table2Result:
-    """Train every ``(d, L, seed)`` of ``config`` (regression read-out)."""
+def run_table2(config: Table2Config, progress: bool = False, cache: ResultCache | None = None,
+               workers: int = 1) -> Table2Result:
+    """Train every ``(d, L, seed)`` of ``config`` (regression read-out); ``workers``: processes training
+    runs side by side (:func:`pool_map`; the table is the same with any number)."""
     c, cache = config, cache or ResultCache(None)
+    jobs = [(ToyConfig(c.variant, d, L), TrainConfig(optimizer=c.optimizer, steps=c.steps, seed=seed,
+                                                      init_scale=c.init_scale, **_train_kw(c.lr)), cache)
+            for d in c.d for L in c.L for seed in c.seeds]
+    if int(workers) == 1:
+        results = iter([run_cached(*job, progress=progress) for job in jobs])
+    else:
+        results = iter(pool_map(run_cached, jobs, workers, "table2", progress))
     rows = []
     for d in c.d:
         for L in c.L:
             runs, diverged = [], []
             for seed in c.seeds:
-                tcfg = TrainConfig(optimizer=c.optimizer, steps=c.steps, seed=seed, init_scale=c.init_scale,
-                                   **_train_kw(c.lr))
-                r = run_cached(ToyConfig(c.variant, d, L), tcfg, cache, progress=progress)
+                r = next(results)
                 if isinstance(r, dict):
                     diverged.append({"seed": seed, **r})
                 else:
@@ -546,8 +553,13 @@ def _cached_l_max(variant: str, B: float, d: int, tau: float, cache: ResultCache
     return LMax(**{**row, "L": float(row["L"]) if isinstance(row["L"], str) else row["L"]})
 
 
-def run_table3(config: Table3Config, progress: bool = False, cache: ResultCache | None = None) -> Table3Result:
-    """The constructed column (each cell cached as it finishes) and, with ``config.attained``, the trained one."""
+def run_table3(config: Table3Config, progress: bool = False, cache: ResultCache | None = None,
+               workers: int = 1) -> Table3Result:
+    """The constructed column (each cell cached as it finishes) and, with ``config.attained``, the trained one.
+
+    ``workers > 1`` trains the variants' attained columns in that many processes (one torch thread each);
+    each column is seeded and independent, so the table is the same, value for value, as with one.
+    """
     c, cache, tau = config, cache or ResultCache(None), config.score_scale
     rows: dict[str, list[LMax]] = {}
     with _bar(len(c.B) * len(TABLE3_VARIANTS), "table3", progress) as bar:
@@ -559,13 +571,55 @@ def run_table3(config: Table3Config, progress: bool = False, cache: ResultCache 
     variants = budget.Table3Result(c.d, tau, rows).to_dict()["variants"]
     attained_config = None
     if c.attained:
-        for v, row in variants.items():
-            row.update(attained_column(v, c, progress=progress, cache=cache))
+        for v, column in attained_columns(list(variants), c, cache, workers, progress).items():
+            variants[v].update(column)
         attained_config = {"d": c.d, "grid": list(c.attained_grid), "seeds": list(c.attained_seeds),
                            "steps": c.attained_steps, "optimizer": "lbfgs",
                            "rechecked": "full_domain_check on the saved params", "loss": list(c.attained_loss),
                            "working_set": c.attained_working_set, "check_every": c.attained_check_every}
     return Table3Result(c.d, tau, variants, attained_config, _provenance(c))
+
+
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+def pool_map(func: Any, jobs: list[tuple[Any, ...]], workers: int = 1, desc: str = "", progress: bool = False) -> list[Any]:
+    """``[func(*job) for job in jobs]``, in this process or, with ``workers > 1``, in that many fresh
+    (spawned: no forked torch/OpenMP state) processes on one torch thread each. ``func`` must be a module-level
+    function; each job is independent and seeded, so the results are the same with any ``workers``."""
+    if int(workers) < 1:
+        raise UsageError(f"workers must be >= 1, got {workers}")
+    with _bar(len(jobs), desc, progress) as bar:
+        if int(workers) == 1 or len(jobs) == 1:
+            out = []
+            for job in jobs:
+                out.append(func(*job))
+                bar.update(1)
+            return out
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(min(int(workers), len(jobs)), mp_context=context, initializer=_one_thread) as pool:
+            futures = [pool.submit(func, *job) for job in jobs]
+            out = []
+            for future in futures:
+                out.append(future.result())
+                bar.update(1)
+            return out
+
+
+def attained_columns(names: list[str], config: Table3Config, cache: ResultCache, workers: int = 1,
+                     progress: bool = False) -> dict[str, dict[str, list[Any]]]:
+    """:func:`attained_column` of every variant in ``names`` (``workers``: see :func:`pool_map`), sharing
+    ``cache``."""
+    if int(workers) == 1:  # one process: the climbs' own progress bars
+        return dict(zip(names, pool_map(attained_column, [(v, config, progress, cache) for v in names]),
+                        strict=True))
+    columns = pool_map(attained_column, [(v, config, False, cache) for v in names], workers, "table3 attained",
+                       progress)
+    return dict(zip(names, columns, strict=True))
 
 
 def attained_column(variant: str, config: Table3Config, progress: bool = False,

@@ -221,3 +221,26 @@ def test_torch_threads_sets_and_restores_the_count():
     assert torch.get_num_threads() == before
     with torch_threads(None):
         assert torch.get_num_threads() == before
+
+
+def test_attained_columns_in_two_processes_equal_one():
+    from countlens.cache import ResultCache
+    from countlens.toy.experiments import Table3Config, attained_columns
+
+    c = Table3Config(d=4, B=(3.0,), attained=True, attained_grid=(4, 8), attained_seeds=(0,), attained_steps=20,
+                     attained_check_every=10, attained_working_set=16)
+    names = ["softmax", "softmax-postln-bare"]
+    one = attained_columns(names, c, ResultCache(None), workers=1)
+    two = attained_columns(names, c, ResultCache(None), workers=2)
+    assert one == two and set(one) == set(names)
+    with pytest.raises(UsageError, match="workers"):
+        attained_columns(names, c, ResultCache(None), workers=0)
+
+
+def test_table2_in_two_processes_equals_one():
+    from countlens.toy.experiments import Table2Config, run_table2
+
+    c = Table2Config(d=(3,), L=(6, 8), seeds=(0, 1), steps=15)
+    one, two = run_table2(c).to_dict(), run_table2(c, workers=2).to_dict()
+    one.pop("provenance"), two.pop("provenance")
+    assert one == two and len(one["rows"]) == 2
