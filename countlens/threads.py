@@ -32,6 +32,23 @@ def torch_threads(n: int | None) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """One torch thread and one BLAS thread inside the block: the setting under which a computation gives the
+    same bits in this process and in a worker process started with :func:`set_one_thread`."""
+    with torch_threads(1), blas_threads(1):
+        yield
+
+
+def set_one_thread() -> None:
+    """One torch thread and one BLAS thread for the rest of this process (a worker's initialiser)."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    torch.set_num_threads(1)
+    threadpool_limits(limits=1)  # the BLAS libraries loaded by now (numpy's, torch's)
+
+
 def blas_threads(limit: int | None):
     """A context manager allowing at most ``limit`` BLAS threads inside it (``None``: as the process has
     them). Decompositions are chosen per size: on small matrices, or on a machine whose cores are busy,

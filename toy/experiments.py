@@ -26,6 +26,7 @@ import torch
 from countlens.cache import ResultCache
 from countlens.errors import UsageError
 from countlens.io import provenance, read_json, write_json_atomic
+from countlens.threads import one_thread, set_one_thread
 from countlens.toy import budget
 from countlens.toy.budget import (
     CLAIMED,
@@ -416,8 +417,9 @@ def run_table2(config: Table2Config, progress: bool = False, cache: ResultCache 
     jobs = [(ToyConfig(c.variant, d, L), TrainConfig(optimizer=c.optimizer, steps=c.steps, seed=seed,
                                                       init_scale=c.init_scale, **_train_kw(c.lr)), cache)
             for d in c.d for L in c.L for seed in c.seeds]
-    if int(workers) == 1:
-        results = iter([run_cached(*job, progress=progress) for job in jobs])
+    if int(workers) == 1:  # one process: each run's own progress bar
+        with one_thread():
+            results = iter([run_cached(*job, progress=progress) for job in jobs])
     else:
         results = iter(pool_map(run_cached, jobs, workers, "table2", progress))
     rows = []
@@ -580,28 +582,28 @@ def run_table3(config: Table3Config, progress: bool = False, cache: ResultCache 
     return Table3Result(c.d, tau, variants, attained_config, _provenance(c))
 
 
-def _one_thread() -> None:
-    torch.set_num_threads(1)
-
-
 def pool_map(func: Any, jobs: list[tuple[Any, ...]], workers: int = 1, desc: str = "", progress: bool = False) -> list[Any]:
     """``[func(*job) for job in jobs]``, in this process or, with ``workers > 1``, in that many fresh
-    (spawned: no forked torch/OpenMP state) processes on one torch thread each. ``func`` must be a module-level
-    function; each job is independent and seeded, so the results are the same with any ``workers``."""
+    (spawned: no forked torch/OpenMP state) processes. Either way every job runs on one torch thread and one
+    BLAS thread (:func:`countlens.threads.one_thread`; two workers with two BLAS threads each ran Table 2 twice
+    as slowly as one process), so each independent, seeded job gives the same bits with any ``workers``.
+    ``func`` must be a module-level function, and a script that calls this with ``workers > 1`` needs the
+    usual ``if __name__ == "__main__":`` guard of spawned processes."""
     if int(workers) < 1:
         raise UsageError(f"workers must be >= 1, got {workers}")
     with _bar(len(jobs), desc, progress) as bar:
         if int(workers) == 1 or len(jobs) == 1:
             out = []
-            for job in jobs:
-                out.append(func(*job))
-                bar.update(1)
+            with one_thread():
+                for job in jobs:
+                    out.append(func(*job))
+                    bar.update(1)
             return out
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(min(int(workers), len(jobs)), mp_context=context, initializer=_one_thread) as pool:
+        with ProcessPoolExecutor(min(int(workers), len(jobs)), mp_context=context, initializer=set_one_thread) as pool:
             futures = [pool.submit(func, *job) for job in jobs]
             out = []
             for future in futures:
