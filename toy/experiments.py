@@ -559,17 +559,14 @@ def run_table3(config: Table3Config, progress: bool = False, cache: ResultCache 
                workers: int = 1) -> Table3Result:
     """The constructed column (each cell cached as it finishes) and, with ``config.attained``, the trained one.
 
-    ``workers > 1`` trains the variants' attained columns in that many processes (one torch thread each);
-    each column is seeded and independent, so the table is the same, value for value, as with one.
+    ``workers > 1`` searches the constructed cells and trains the variants' attained columns in that many
+    processes (:func:`pool_map`); every cell and column is independent and seeded, so the table is the same,
+    value for value, as with one.
     """
     c, cache, tau = config, cache or ResultCache(None), config.score_scale
-    rows: dict[str, list[LMax]] = {}
-    with _bar(len(c.B) * len(TABLE3_VARIANTS), "table3", progress) as bar:
-        for v in TABLE3_VARIANTS:
-            rows[v] = []
-            for B in c.B:
-                rows[v].append(_cached_l_max(v, B, c.d, tau, cache))
-                bar.update(1)
+    cells = [(v, B, c.d, tau, cache) for v in TABLE3_VARIANTS for B in c.B]
+    found = iter(pool_map(_cached_l_max, cells, workers, "table3", progress))
+    rows: dict[str, list[LMax]] = {v: [next(found) for _ in c.B] for v in TABLE3_VARIANTS}
     variants = budget.Table3Result(c.d, tau, rows).to_dict()["variants"]
     attained_config = None
     if c.attained:

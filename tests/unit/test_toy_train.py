@@ -244,3 +244,12 @@ def test_table2_in_two_processes_equals_one():
     one, two = run_table2(c).to_dict(), run_table2(c, workers=2).to_dict()
     one.pop("provenance"), two.pop("provenance")
     assert one == two and len(one["rows"]) == 2
+
+
+def test_table3_constructed_cells_in_two_processes_equal_one():
+    from countlens.toy.experiments import Table3Config, run_table3
+
+    c = Table3Config(d=4, B=(3.0, 10.0))
+    one, two = run_table3(c).to_dict(), run_table3(c, workers=2).to_dict()
+    one.pop("provenance"), two.pop("provenance")
+    assert one == two and one["variants"]["softmax"]["l_max"][0] >= 1
