@@ -48,7 +48,7 @@ class Parser(OneLineParser):
 
 def _named_command(argv: list[str] | None) -> str | None:
     """The command a command line names (its first argument), if it is one of ours."""
-    first = next(iter(argv), None) if argv else None
+    first = argv[0] if argv else None
     return first if first == "reproduce" or first in _AREAS else None
 
 

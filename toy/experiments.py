@@ -313,11 +313,16 @@ def run_lcap(config: LcapConfig, progress: bool = False) -> LcapResult:
 # --- training runs, cached -------------------------------------------------------------------------------
 
 
+def _cfg_key(cfg: ToyConfig) -> list[Any]:
+    """The model fields a training run's cache keys name."""
+    return [cfg.variant, cfg.d, cfg.L, cfg.readout, cfg.tau, cfg.eps]
+
+
 def run_cached(cfg: ToyConfig, tcfg: TrainConfig, cache: ResultCache, init: ToyParams | None = None,
                init_key: str | None = None, progress: bool = False) -> TrainResult | dict[str, Any]:
     """One training run, from the cache if it finished before. Returns the TrainResult, or
     ``{"diverged_at_step": s, "reason": ...}`` when it diverged (cached too: a rerun diverges the same way)."""
-    key = {"cfg": [cfg.variant, cfg.d, cfg.L, cfg.readout, cfg.tau, cfg.eps], "train": asdict(tcfg),
+    key = {"cfg": _cfg_key(cfg), "train": asdict(tcfg),
            "init": init_key}
     hit = cache.get(key)
     if hit is not None:
@@ -414,14 +419,11 @@ def run_table2(config: Table2Config, progress: bool = False, cache: ResultCache 
     """Train every ``(d, L, seed)`` of ``config`` (regression read-out); ``workers``: processes training
     runs side by side (:func:`pool_map`; the table is the same with any number)."""
     c, cache = config, cache or ResultCache(None)
+    inner = progress and int(workers) == 1  # one process: each run's own progress bar
     jobs = [(ToyConfig(c.variant, d, L), TrainConfig(optimizer=c.optimizer, steps=c.steps, seed=seed,
-                                                      init_scale=c.init_scale, **_train_kw(c.lr)), cache)
-            for d in c.d for L in c.L for seed in c.seeds]
-    if int(workers) == 1:  # one process: each run's own progress bar
-        with one_thread():
-            results = iter([run_cached(*job, progress=progress) for job in jobs])
-    else:
-        results = iter(pool_map(run_cached, jobs, workers, "table2", progress))
+                                                      init_scale=c.init_scale, **_train_kw(c.lr)),
+             cache, None, None, inner) for d in c.d for L in c.L for seed in c.seeds]
+    results = iter(pool_map(run_cached, jobs, workers, "table2", progress and not inner))
     rows = []
     for d in c.d:
         for L in c.L:
@@ -613,11 +615,9 @@ def attained_columns(names: list[str], config: Table3Config, cache: ResultCache,
                      progress: bool = False) -> dict[str, dict[str, list[Any]]]:
     """:func:`attained_column` of every variant in ``names`` (``workers``: see :func:`pool_map`), sharing
     ``cache``."""
-    if int(workers) == 1:  # one process: the climbs' own progress bars
-        return dict(zip(names, pool_map(attained_column, [(v, config, progress, cache) for v in names]),
-                        strict=True))
-    columns = pool_map(attained_column, [(v, config, False, cache) for v in names], workers, "table3 attained",
-                       progress)
+    inner = progress and int(workers) == 1  # one process: the climbs' own progress bars
+    columns = pool_map(attained_column, [(v, config, inner, cache) for v in names], workers, "table3 attained",
+                       progress and not inner)
     return dict(zip(names, columns, strict=True))
 
 
@@ -638,7 +638,7 @@ def attained_column(variant: str, config: Table3Config, progress: bool = False,
 
 def _shared_key(cfg: ToyConfig, tcfg: TrainConfig, init: ToyParams | None) -> str:
     """What fixes a capped run's trajectory while its cap never acts: all but the cap, and the start."""
-    return json.dumps({"cfg": [cfg.variant, cfg.d, cfg.L, cfg.readout, cfg.tau, cfg.eps],
+    return json.dumps({"cfg": _cfg_key(cfg),
                        "train": {**asdict(tcfg), "cap": None},
                        "init": None if init is None else params_digest(init)}, sort_keys=True)
 

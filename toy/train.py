@@ -171,7 +171,7 @@ class TrainResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainResult:
-        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data or f.name != "peak_norm"})
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})  # older files: no peak_norm
 
     def toy(self) -> tuple[ToyConfig, ToyParams]:
         """The trained model back as ``(cfg, params)``."""
