@@ -20,7 +20,7 @@ from countlens.threads import TOY_THREADS, torch_threads
 from countlens.toy import experiments as ex
 from countlens.toy.domain_loss import LOSSES
 from countlens.toy.model import READOUTS, VARIANTS, ToyConfig
-from countlens.toy.train import OPTIMIZERS, TrainConfig, TrainingDiverged, train
+from countlens.toy.train import OPTIMIZERS, PARAMETRIZATIONS, TrainConfig, TrainingDiverged, train
 
 # config field -> the flag that sets it, to word the configs' errors as flags
 FLAGS = {"L": "--L", "d": "--d", "B": "--B", "tau": "--tau", "seeds": "--seeds", "seed": "--seed",
@@ -145,7 +145,10 @@ def cmd_table3(args: argparse.Namespace) -> int:
     config = _config(make, d=args.d, B=_floats(args.B, "--B"), tau=args.tau, attained=args.attained,
                      attained_grid=_ints(args.attained_grid, "--attained-grid"),
                      attained_seeds=_ints(args.attained_seeds, "--attained-seeds"), attained_steps=args.attained_steps,
-                     attained_loss=None if args.attained_loss is None else tuple(args.attained_loss.split(",")), attained_working_set=args.attained_working_set,
+                     attained_loss=None if args.attained_loss is None else tuple(args.attained_loss.split(",")),
+                     attained_parametrization=(None if args.attained_parametrization is None
+                                               else tuple(args.attained_parametrization.split(","))),
+                     attained_working_set=args.attained_working_set,
                      attained_check_every=args.attained_check_every)
     cache = _cache_beside(args.json)
     result = ex.run_table3(config, progress=True, cache=cache, workers=args.workers)
@@ -171,7 +174,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     tcfg = _config(TrainConfig, optimizer=args.optimizer, steps=args.steps, seed=args.seed, cap=args.cap, lr=args.lr,
                    batch_size=args.batch_size, test_fraction=args.test_fraction, log_every=args.log_every,
                    stop_when_passed=args.stop_when_passed, init_scale=args.init_scale, ce_scale=args.ce_scale,
-                   loss=args.loss, beta=args.beta, working_set=args.working_set, grow=args.grow)
+                   loss=args.loss, beta=args.beta, working_set=args.working_set, grow=args.grow,
+                   parametrization=args.parametrization)
     out = Path(args.json)
     ckpt = Path(args.checkpoint) if args.checkpoint else out.parent / f".{out.name}.ckpt"
     try:
@@ -325,6 +329,10 @@ def _add_theory(sub: Any) -> None:
     g.add_argument("--attained-loss", default=None,
                    help=f"comma-separated losses tried in turn per length (of {', '.join(LOSSES)}; max: smooth max error) "
                         f"{_default(ex.Table3Config, 'attained_loss', None)}")
+    g.add_argument("--attained-parametrization", default=None,
+                   help=f"comma-separated parametrizations tried in turn per length and seed (of "
+                        f"{', '.join(PARAMETRIZATIONS)}; polar: each vector's log norm and direction) "
+                        f"{_default(ex.Table3Config, 'attained_parametrization', None)}")
     g.add_argument("--attained-working-set", type=int, default=None,
                    help="random pairs in the initial working set, besides the domain's edges "
                         f"{_default(ex.Table3Config, 'attained_working_set', None)}")
@@ -374,6 +382,9 @@ def _add_train(sub: Any) -> None:
                    help="0: train on the IID train split; k > 0: working-set training from the domain's edges "
                         "plus k random pairs, grown by the worst pairs after every failed check, every --log-every "
                         f"steps (default: {TrainConfig.working_set})")
+    p.add_argument("--parametrization", default=TrainConfig.parametrization, choices=PARAMETRIZATIONS,
+                   help="what the optimiser moves: the vectors' entries (cartesian) or each vector's log norm and "
+                        "direction (polar)")
     p.add_argument("--grow", type=int, default=TrainConfig.grow,
                    help="working set: worst pairs (and as many random ones) added after each failed check")
     p.add_argument("--checkpoint", default=None, help="checkpoint file (default: hidden file beside --json, "

@@ -451,9 +451,11 @@ def loss_and_grad(cfg: ToyConfig, params: ToyParams, pairs: PairSet, loss: str =
         with np.errstate(all="ignore"):  # overflow and 0/0 surface as an inf value below
             rf, ctx = _regression_form(cfg, arrays)
             value, g = _regression(cfg, rf, pairs, loss, beta, chunk)
-        if not math.isfinite(value):
+            if not math.isfinite(value):
+                return math.inf, {}
+            grads = _regression_form_backward(cfg, arrays, ctx, g)
+        if not all(np.all(np.isfinite(grads[k])) for k in arrays):  # a gradient beyond float64: no step there
             return math.inf, {}
-        grads = _regression_form_backward(cfg, arrays, ctx, g)
         return value, {k: torch.as_tensor(np.asarray(grads[k], dtype=np.float64).reshape(arrays[k].shape))
                        for k in arrays}
     tensors = {k: v.detach().requires_grad_(True) for k, v in params.tensors().items()}

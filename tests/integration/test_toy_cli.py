@@ -90,6 +90,7 @@ def test_figure1_writes_png_pdf_and_json(tmp_path):
     (["construct", "--variant", "softmax-preln-bare", "--d", "4", "--L", "40"], "infeasible"),
     (["lcap", "--d", "2"], "--d must be >= 3"),
     (["rates", "--L", "0,10"], "--L values must be >= 1"),
+    (["table3", "--attained", "--attained-parametrization", "spherical"], "unknown parametrization"),
 ])
 def test_bad_input_is_one_line_exit_2(argv, fragment, capsys):
     assert run(argv) == 2

@@ -11,7 +11,9 @@ import torch
 from countlens.errors import UsageError
 from countlens.toy import model
 from countlens.toy.model import ToyConfig
+from countlens.toy.domain_loss import PairSet, loss_and_grad
 from countlens.toy.train import (
+    PolarCoordinates,
     TrainConfig,
     Trainer,
     TrainingDiverged,
@@ -62,12 +64,50 @@ def test_projection_caps_every_vector_and_keeps_directions():
     assert project_to_cap(q, 3.0) == pytest.approx(peak, rel=1e-15)
 
 
-def test_a_cap_that_never_acts_leaves_the_trajectory_bit_for_bit():
+@pytest.mark.parametrize("readout", ["regression", "classification"])
+def test_polar_gradients_match_autograd_through_the_model(readout):
+    cfg = ToyConfig("softmax-postln-learned", 5, 6, readout=readout)
+    p = model.init_params(cfg, seed=2, scale=2.0)
+    p.beta = torch.linspace(-0.5, 0.7, 5, dtype=torch.float64)  # nonzero: every vector is polar
+    if readout == "regression":
+        p.b0 = torch.tensor(0.3, dtype=torch.float64)
+    coords = PolarCoordinates(p)
+    assert set(coords.rho) == {k for k in p.tensors() if k not in ("b0", "c")}
+    n, m = model.full_domain(6)
+    _, grads = loss_and_grad(cfg, p, PairSet.from_pairs(n.numpy(), m.numpy()))
+    coords.set_grads(p, grads)
+    # autograd from (rho, u) through v = exp(rho) u / |u| and the model's own forward pass
+    rho = {k: r.detach().clone().requires_grad_(True) for k, r in coords.rho.items()}
+    u = {k: t.detach().clone().requires_grad_(True) for k, t in coords.u.items()}
+    values = {k: t.detach() for k, t in p.tensors().items()}
+    values.update({k: torch.exp(rho[k]) * u[k] / torch.linalg.vector_norm(u[k], dim=-1, keepdim=True) for k in rho})
+    loss_fn(cfg, model.ToyParams(**values), n, m).backward()
+    for k in rho:
+        assert torch.allclose(coords.rho[k].grad, rho[k].grad, rtol=1e-9, atol=1e-12), k
+        assert torch.allclose(coords.u[k].grad, u[k].grad, rtol=1e-9, atol=1e-12), k
+
+
+def test_polar_cap_is_the_same_projection():
+    cfg = ToyConfig("softmax-postln-learned", 5, 6, readout="classification")
+    p = model.init_params(cfg, seed=1, scale=10.0)
+    p.c = torch.linspace(-20, 20, 7, dtype=torch.float64)
+    q = p.detach()
+    coords = PolarCoordinates(p, cap=3.0)
+    assert coords.cartesian == ["beta", "c"]  # beta starts at exactly zero: it keeps its entries
+    peak = coords.project(p)
+    assert peak == pytest.approx(project_to_cap(q, 3.0), rel=1e-13)
+    for k, t in p.tensors().items():
+        assert torch.allclose(t, q.tensors()[k], rtol=1e-12, atol=1e-12), k
+
+
+@pytest.mark.parametrize("parametrization", ["cartesian", "polar"])
+def test_a_cap_that_never_acts_leaves_the_trajectory_bit_for_bit(parametrization):
     # peak_norm <= cap means no projection changed anything, so any cap >= peak_norm trains the same run
     cfg = ToyConfig("softmax", 4, 12)
-    base = dict(optimizer="lbfgs", steps=30, seed=3, working_set=16, log_every=10, loss="max")
-    wide = train(cfg, TrainConfig(cap=1e6, **base))
-    assert wide.peak_norm is not None and wide.peak_norm < 1e6
+    base = dict(optimizer="lbfgs", steps=30, seed=3, working_set=16, log_every=10, loss="max",
+                parametrization=parametrization)
+    wide = train(cfg, TrainConfig(cap=1e12, **base))  # polar: the line search's trial points count too
+    assert wide.peak_norm is not None and wide.peak_norm < 1e12
     tight = train(cfg, TrainConfig(cap=wide.peak_norm * (1 + 1e-9), **base))
     assert tight.params == wide.params and tight.peak_norm == wide.peak_norm
     # and a cap below the peak does act: another trajectory
@@ -143,10 +183,12 @@ def test_classification_training_runs_and_accuracy_is_argmax():
     assert exact_accuracy(c, p, n, m) == pytest.approx(np.mean(scores.argmax(1) == n.numpy()))
 
 
-@pytest.mark.parametrize("optimizer", ["lbfgs", "adam-minibatch"])
-def test_resume_from_checkpoint_is_bit_exact(tmp_path, optimizer):
+@pytest.mark.parametrize("optimizer, parametrization",
+                         [("lbfgs", "cartesian"), ("adam-minibatch", "cartesian"), ("lbfgs", "polar")])
+def test_resume_from_checkpoint_is_bit_exact(tmp_path, optimizer, parametrization):
     cfg = ToyConfig("softmax-postln-learned", 6, 10)
-    kw = dict(optimizer=optimizer, seed=3, log_every=5, batch_size=16)
+    kw = dict(optimizer=optimizer, seed=3, log_every=5, batch_size=16, parametrization=parametrization,
+              cap=None if parametrization == "cartesian" else 1.5)
     straight = train(cfg, TrainConfig(steps=24, **kw))
     ck = tmp_path / "run.ckpt"
     first = train(cfg, TrainConfig(steps=11, **kw), checkpoint=ck, checkpoint_every=4)
@@ -175,7 +217,7 @@ def test_divergence_is_reported_with_its_step():
 @pytest.mark.parametrize("kw, match", [
     ({"steps": 0}, "steps"), ({"optimizer": "sgd"}, "optimizer"), ({"cap": 0.0}, "cap"),
     ({"cap": math.inf}, "cap"), ({"lr": -1.0}, "lr"), ({"test_fraction": 1.0}, "test-fraction"),
-    ({"ce_scale": 0.0}, "ce-scale"),
+    ({"ce_scale": 0.0}, "ce-scale"), ({"parametrization": "spherical"}, "parametrization"),
 ])
 def test_bad_train_config_is_a_usage_error(kw, match):
     with pytest.raises(UsageError, match=match):
@@ -207,8 +249,8 @@ def test_attained_climbs_reuse_only_runs_their_cap_never_touched():
     assert small and all("reused_from_cap" not in r for r in small)
     assert len(big) == len(small) and all(r["reused_from_cap"] == 1e3 for r in big)
     # a reused run is the run a fresh climb at that cap makes
-    fresh = attained_length("softmax", 1e4, 4, [4, 8], [0], 30, losses=c.attained_loss, working_set=16,
-                            log_every=10)["runs"]
+    fresh = attained_length("softmax", 1e4, 4, [4, 8], [0], 30, losses=c.attained_loss,
+                            parametrizations=c.attained_parametrization, working_set=16, log_every=10)["runs"]
     assert [{k: v for k, v in r.items() if k != "reused_from_cap"} for r in big] == fresh
 
 
