@@ -149,7 +149,7 @@ def cmd_table3(args: argparse.Namespace) -> int:
                      attained_parametrization=(None if args.attained_parametrization is None
                                                else tuple(args.attained_parametrization.split(","))),
                      attained_working_set=args.attained_working_set,
-                     attained_check_every=args.attained_check_every)
+                     attained_check_every=args.attained_check_every, attained_patience=args.attained_patience)
     cache = _cache_beside(args.json)
     result = ex.run_table3(config, progress=True, cache=cache, workers=args.workers)
     if args.json:
@@ -175,7 +175,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                    batch_size=args.batch_size, test_fraction=args.test_fraction, log_every=args.log_every,
                    stop_when_passed=args.stop_when_passed, init_scale=args.init_scale, ce_scale=args.ce_scale,
                    loss=args.loss, beta=args.beta, working_set=args.working_set, grow=args.grow,
-                   parametrization=args.parametrization)
+                   parametrization=args.parametrization, patience=args.patience)
     out = Path(args.json)
     ckpt = Path(args.checkpoint) if args.checkpoint else out.parent / f".{out.name}.ckpt"
     try:
@@ -339,6 +339,9 @@ def _add_theory(sub: Any) -> None:
     g.add_argument("--attained-check-every", type=int, default=None,
                    help="L-BFGS steps between full-domain checks (the working set grows after each failed one) "
                         f"{_default(ex.Table3Config, 'attained_check_every', None)}")
+    g.add_argument("--attained-patience", type=int, default=None,
+                   help="stop a run after this many checks in a row without lowering its best worst error by 1 %% "
+                        f"(0: never) {_default(ex.Table3Config, 'attained_patience', None)}")
     _add_workers(g, "the variants' attained columns")
     _add_threads(p)
 
@@ -385,6 +388,9 @@ def _add_train(sub: Any) -> None:
     p.add_argument("--parametrization", default=TrainConfig.parametrization, choices=PARAMETRIZATIONS,
                    help="what the optimiser moves: the vectors' entries (cartesian) or each vector's log norm and "
                         "direction (polar)")
+    p.add_argument("--patience", type=int, default=TrainConfig.patience,
+                   help="stop after this many log steps in a row without lowering the best worst error by 1 %% "
+                        "(0: never)")
     p.add_argument("--grow", type=int, default=TrainConfig.grow,
                    help="working set: worst pairs (and as many random ones) added after each failed check")
     p.add_argument("--checkpoint", default=None, help="checkpoint file (default: hidden file beside --json, "

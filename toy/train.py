@@ -97,7 +97,8 @@ class TrainConfig:
     pairs, growing by the ``grow`` worst and ``grow`` random pairs after every failed check (every
     ``log_every`` steps; see the module docstring). parametrization: what the optimiser moves,
     ``"cartesian"`` (the vectors' entries) or ``"polar"`` (each vector's log norm and direction; see
-    :class:`PolarCoordinates`).
+    :class:`PolarCoordinates`). patience: ``k > 0`` stops a run once ``k`` log steps in a row have not
+    lowered the best full-domain worst error so far by 1 % (a run stuck in a basin); 0: never.
     """
 
     optimizer: str = "lbfgs"
@@ -117,6 +118,7 @@ class TrainConfig:
     working_set: int = 0
     grow: int = 256
     parametrization: str = "cartesian"
+    patience: int = 0
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:
@@ -148,13 +150,15 @@ class TrainConfig:
         if self.parametrization not in PARAMETRIZATIONS:
             raise UsageError(f"unknown parametrization {self.parametrization!r}; choose one of "
                              f"{', '.join(PARAMETRIZATIONS)}")
+        if int(self.patience) < 0:
+            raise UsageError(f"patience must be >= 0 log steps, got {self.patience}")
         if self.working_set and self.optimizer == "adam-minibatch":
             raise UsageError("working-set training takes a full-batch optimiser (lbfgs or adam)")
 
     def trajectory_key(self) -> dict[str, Any]:
         """The fields that determine the optimisation trajectory (not how long or how often it logs; with a
         working set, how often it checks does shape the trajectory)."""
-        skip = {"steps", "stop_when_passed"} | (set() if self.working_set else {"log_every"})
+        skip = {"steps", "stop_when_passed", "patience"} | (set() if self.working_set else {"log_every"})
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
 
 
@@ -530,11 +534,19 @@ class Trainer:
             **extra,
         }
 
+    def stalled(self) -> bool:
+        """Whether the last ``patience`` log steps all missed the best earlier worst error by less than 1 %."""
+        k = int(self.tcfg.patience)
+        if not k or len(self.log) <= k:
+            return False
+        worst = [e["full_domain_worst_error"] for e in self.log]
+        return min(worst[-k:]) > 0.99 * min(worst[:-k])
+
     def run(self, progress: Callable[[int], None] | None = None,
             on_checkpoint: Callable[[Trainer], None] | None = None, checkpoint_every: int = 0) -> TrainResult:
         """Step until ``tcfg.steps`` (or the check passes, if asked); returns the final :class:`TrainResult`."""
         tc = self.tcfg
-        stopped = bool(self.log) and tc.stop_when_passed and self.log[-1]["passed"]
+        stopped = bool(self.log) and ((tc.stop_when_passed and self.log[-1]["passed"]) or self.stalled())
         if not self.log:
             self.log.append(self.evaluate())
             stopped = tc.stop_when_passed and self.log[-1]["passed"]
@@ -546,7 +558,7 @@ class Trainer:
                 progress(1)
             if self.step_count % tc.log_every == 0 or self.step_count == tc.steps:
                 self.log.append(self.evaluate())
-                stopped = tc.stop_when_passed and self.log[-1]["passed"]
+                stopped = (tc.stop_when_passed and self.log[-1]["passed"]) or self.stalled()
                 if tc.working_set and not self.log[-1]["passed"]:
                     self._grow()
             if on_checkpoint is not None and checkpoint_every and self.step_count % checkpoint_every == 0:

@@ -295,3 +295,18 @@ def test_table3_constructed_cells_in_two_processes_equal_one():
     one, two = run_table3(c).to_dict(), run_table3(c, workers=2).to_dict()
     one.pop("provenance"), two.pop("provenance")
     assert one == two and one["variants"]["softmax"]["l_max"][0] >= 1
+
+
+def test_patience_stops_a_run_that_no_longer_improves():
+    cfg = ToyConfig("softmax", 4, 12)
+    tr = Trainer(cfg, TrainConfig(steps=100, patience=3, working_set=16, log_every=5))
+    tr.log = [{"full_domain_worst_error": w} for w in (5.0, 2.0, 1.99, 1.985, 1.999)]
+    assert tr.stalled()  # three checks since the best earlier 2.0, none 1 % below it
+    tr.log[-2]["full_domain_worst_error"] = 1.97
+    assert not tr.stalled()
+    # a cap far too small to count: the worst error stays put and the run stops long before its steps
+    r = train(cfg, TrainConfig(steps=400, seed=0, cap=0.05, patience=3, working_set=16, log_every=5, loss="max"))
+    assert not r.passed and r.stopped_early and r.steps_run < 400
+    worst = [e["full_domain_worst_error"] for e in r.log]
+    assert min(worst[-3:]) > 0.99 * min(worst[:-3])
+    assert TrainConfig(patience=3).trajectory_key() == TrainConfig().trajectory_key()
