@@ -493,8 +493,6 @@ class Table3Config:
         object.__setattr__(self, "attained_seeds", _ints(self.attained_seeds, "attained_seeds", 0))
         _positive(self.attained_steps, "attained_steps")
         _positive(self.attained_check_every, "attained_check_every")
-        if int(self.attained_patience) < 0:
-            raise UsageError(f"attained_patience must be >= 0 checks, got {self.attained_patience}")
         object.__setattr__(self, "attained_loss", tuple(self.attained_loss))
         if not self.attained_loss:
             raise UsageError("attained_loss must name at least one loss")
@@ -503,7 +501,8 @@ class Table3Config:
             raise UsageError("attained_parametrization must name at least one parametrization")
         for loss in self.attained_loss:
             for par in self.attained_parametrization:
-                TrainConfig(loss=loss, working_set=self.attained_working_set, parametrization=par)  # validates
+                TrainConfig(loss=loss, working_set=self.attained_working_set, parametrization=par,
+                            patience=self.attained_patience)  # validates them
 
     @classmethod
     def paper(cls, **kw: Any) -> Table3Config:
@@ -574,6 +573,11 @@ def _cached_l_max(variant: str, B: float, d: int, tau: float, cache: ResultCache
     return LMax(**{**row, "L": float(row["L"]) if isinstance(row["L"], str) else row["L"]})
 
 
+# The order the attained columns go to the workers: learned post-LN (the longest climb at the paper's sizes),
+# softmax (the longest in the reduced table), bare post-LN; two workers then finish near together in both.
+_ATTAINED_ORDER = ("softmax-postln-learned", "softmax", "softmax-postln-bare")
+
+
 def run_table3(config: Table3Config, progress: bool = False, cache: ResultCache | None = None,
                workers: int = 1) -> Table3Result:
     """The constructed column (each cell cached as it finishes) and, with ``config.attained``, the trained one.
@@ -589,10 +593,7 @@ def run_table3(config: Table3Config, progress: bool = False, cache: ResultCache 
     variants = budget.Table3Result(c.d, tau, rows).to_dict()["variants"]
     attained_config = None
     if c.attained:
-        # learned post-LN (the longest climb at the paper's sizes), then softmax (the longest in the reduced
-        # table), then bare post-LN: two workers then finish near together in both (measured)
-        order = sorted(variants, key=lambda v: ("softmax-postln-learned", "softmax", "softmax-postln-bare").index(v)
-                       if v in ("softmax-postln-learned", "softmax", "softmax-postln-bare") else 3)
+        order = sorted(variants, key=lambda v: _ATTAINED_ORDER.index(v) if v in _ATTAINED_ORDER else len(_ATTAINED_ORDER))
         for v, column in attained_columns(order, c, cache, workers, progress).items():
             variants[v].update(column)
         attained_config = {"d": c.d, "grid": list(c.attained_grid), "seeds": list(c.attained_seeds),
@@ -704,8 +705,8 @@ def attained_length(variant: str, B: float, d: int, grid: list[int], seeds: list
                 continue
             recheck = full_domain_check(*ToyParams.from_dict(r.params, L=L))
             ok = bool(r.passed and recheck.passed and recheck.max_norm <= B * (1 + 1e-12))
-            runs.append({"L": L, **_run_row(r), "loss": loss, "parametrization": par, "recheck_passed": bool(recheck.passed),
-                         "recheck_worst_error": recheck.worst_error, **reused})
+            runs.append({"L": L, **_run_row(r), "loss": loss, "parametrization": par,
+                         "recheck_passed": bool(recheck.passed), "recheck_worst_error": recheck.worst_error, **reused})
             if ok:
                 _, params = r.toy()
                 warm = (params, f"{variant}/B={B}/L={L}/seed={seed}/{steps}")

@@ -294,16 +294,20 @@ class PolarCoordinates:
         """Where ``exp(ρ)`` is within the cap (bool, shaped like ``ρ``)."""
         return torch.ones_like(rho, dtype=torch.bool) if self.cap is None else torch.exp(rho) <= self.cap
 
+    def _capped(self, rho: torch.Tensor) -> torch.Tensor:
+        """``ρ``, set to ``log B`` where ``exp(ρ)`` is past the cap."""
+        if self.cap is None:
+            return rho
+        return torch.where(self._inside(rho), rho, torch.full_like(rho, math.log(self.cap)))
+
     def write(self, params: ToyParams) -> None:
         """Set the polar vectors of ``params`` from ``(ρ, u)``, in place; records the largest ``exp(ρ)``."""
         tensors = params.tensors()
         with torch.no_grad():
             for name, rho in self.rho.items():
                 self.peak = max(self.peak, float(torch.exp(rho).max()))
-                if self.cap is not None:
-                    rho = torch.where(self._inside(rho), rho, torch.full_like(rho, math.log(self.cap)))
                 u = self.u[name]
-                tensors[name].copy_(torch.exp(rho) * u / torch.linalg.vector_norm(u, dim=-1, keepdim=True))
+                tensors[name].copy_(torch.exp(self._capped(rho)) * u / torch.linalg.vector_norm(u, dim=-1, keepdim=True))
 
     def set_grads(self, params: ToyParams, grads: dict[str, torch.Tensor]) -> None:
         """Chain rule from the vectors' gradients (after :meth:`write`): ``dρ = g·v`` (0 beyond the cap),
@@ -328,8 +332,7 @@ class PolarCoordinates:
         with torch.no_grad():
             for name, rho in self.rho.items():
                 self.peak = max(self.peak, float(torch.exp(rho).max()))  # where the step ended
-                if self.cap is not None:
-                    rho.copy_(torch.where(self._inside(rho), rho, torch.full_like(rho, math.log(self.cap))))
+                rho.copy_(self._capped(rho))
                 u = self.u[name]
                 u.div_(torch.linalg.vector_norm(u, dim=-1, keepdim=True))
             peak = max([self.peak, *(_project(name, tensors[name], self.cap) for name in self.cartesian)])

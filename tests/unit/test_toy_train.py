@@ -10,8 +10,8 @@ import torch
 
 from countlens.errors import UsageError
 from countlens.toy import model
-from countlens.toy.model import ToyConfig
 from countlens.toy.domain_loss import PairSet, loss_and_grad
+from countlens.toy.model import ToyConfig
 from countlens.toy.train import (
     PolarCoordinates,
     TrainConfig,
