@@ -27,7 +27,8 @@ FLAGS = {"L": "--L", "d": "--d", "B": "--B", "tau": "--tau", "seeds": "--seeds",
          "steps": "--steps", "minibatch_steps": "--minibatch-steps", "batch_size": "--batch-size", "lr": "--lr",
          "ce_scale": "--ce-scale", "attained_grid": "--attained-grid", "attained_seeds": "--attained-seeds",
          "attained_steps": "--attained-steps", "beta": "--beta", "working_set": "--working-set", "grow": "--grow",
-         "attained_check_every": "--attained-check-every"}
+         "attained_check_every": "--attained-check-every", "attained_patience": "--attained-patience",
+         "patience": "--patience"}
 
 
 def _config(make: Any, **given: Any) -> Any:

@@ -493,6 +493,8 @@ class Table3Config:
         object.__setattr__(self, "attained_seeds", _ints(self.attained_seeds, "attained_seeds", 0))
         _positive(self.attained_steps, "attained_steps")
         _positive(self.attained_check_every, "attained_check_every")
+        if int(self.attained_patience) < 0:
+            raise UsageError(f"attained_patience must be >= 0 checks, got {self.attained_patience}")
         object.__setattr__(self, "attained_loss", tuple(self.attained_loss))
         if not self.attained_loss:
             raise UsageError("attained_loss must name at least one loss")
@@ -501,8 +503,7 @@ class Table3Config:
             raise UsageError("attained_parametrization must name at least one parametrization")
         for loss in self.attained_loss:
             for par in self.attained_parametrization:
-                TrainConfig(loss=loss, working_set=self.attained_working_set, parametrization=par,
-                            patience=self.attained_patience)  # validates them
+                TrainConfig(loss=loss, working_set=self.attained_working_set, parametrization=par)  # validates
 
     @classmethod
     def paper(cls, **kw: Any) -> Table3Config:

@@ -151,7 +151,7 @@ class TrainConfig:
             raise UsageError(f"unknown parametrization {self.parametrization!r}; choose one of "
                              f"{', '.join(PARAMETRIZATIONS)}")
         if int(self.patience) < 0:
-            raise UsageError(f"patience must be >= 0 log steps, got {self.patience}")
+            raise UsageError(f"patience must be >= 0 (0: never stop for it), got {self.patience}")
         if self.working_set and self.optimizer == "adam-minibatch":
             raise UsageError("working-set training takes a full-batch optimiser (lbfgs or adam)")
 
