@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from countlens.args import HelpFormatter, parse_window, reword
-from countlens.errors import UsageError
+from countlens.core.args import HelpFormatter, parse_window, reword
+from countlens.core.errors import UsageError
 
 _FLAGS = {"low": "--low", "high": "--high", "pca_counts": "--pca-counts", "arc_counts": "--arc-counts",
           "toy_L": "--toy-L", "toy": "--toy", "locations": "--locations", "pca_locations": "--pca-locations"}

@@ -17,11 +17,11 @@ import numpy as np
 from countlens.analysis.compare import REL_ALPHAS, SPLIT_SEED, closest_toy, source_metrics
 from countlens.analysis.geometry import ARC_COUNTS, HIGH_WINDOW, LOW_WINDOW, PCA_COUNTS
 from countlens.analysis.layerwise import centroids_from_capture, compute_geometry
-from countlens.errors import UsageError
-from countlens.io import provenance, read_json, write_csv_atomic, write_json_atomic
-from countlens.locations import default_pca_locations, location_label, resolve_locations
+from countlens.core.errors import UsageError
+from countlens.core.io import provenance, read_json, write_csv_atomic, write_json_atomic
+from countlens.core.locations import default_pca_locations, location_label, resolve_locations
+from countlens.core.store import acts_array, capture_meta, column, load_capture
 from countlens.probes.splits import DEFAULT_FRACTIONS
-from countlens.store import acts_array, capture_meta, column, load_capture
 
 # What each reported ratio is, stored beside the numbers so every page that shows one can name it.
 GEOMETRY_DEFINITIONS = {

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from countlens.io import save_figure
-from countlens.locations import location_label
+from countlens.core.io import save_figure
+from countlens.core.locations import location_label
+from countlens.core.report import Page, Section, location_cell, table
 
 
 def plot_figure5(result):
@@ -170,6 +171,74 @@ def draw_geometry(result, folder: str | os.PathLike) -> list[Path]:
 def draw_compare(result, folder: str | os.PathLike) -> list[Path]:
     """``compare.png/.pdf`` of a :class:`CompareResult` in ``folder``."""
     return save_figure(plot_compare(result), Path(folder) / "compare")
+
+
+# ----------------------------------------------------------------------- report views
+
+def geometry_view(page: Page, s: Section) -> None:
+    rel = s.rel
+    rows = []
+    for i in range(len(s.data.get("per_location", []))):
+        loc = ("per_location", i)
+        rows.append([location_cell(page, rel, *loc), page.v(rel, *loc, "name"), page.v(rel, *loc, "gap_ratio"),
+                     f"{page.v(rel, *loc, 'gap_ratio_min')} – {page.v(rel, *loc, 'gap_ratio_max')}",
+                     page.v_or_dash(rel, *loc, "gap_ratio_pooled"), page.v(rel, *loc, "erank_ratio"),
+                     f"{page.v(rel, *loc, 'erank_ratio_min')} – {page.v(rel, *loc, 'erank_ratio_max')}",
+                     page.v_or_dash(rel, *loc, "erank_ratio_pooled")])
+    page.caption(
+        f"High window {page.v(rel, 'high_window', 0)}–{page.v(rel, 'high_window', 1)} over low window "
+        f"{page.v(rel, 'low_window', 0)}–{page.v(rel, 'low_window', 1)}; PCA over counts "
+        f"{page.v(rel, 'pca_counts', 0)}–{page.v(rel, 'pca_counts', 1)}; seeds {page.values(rel, 'seeds')}. "
+        "Figure 5's lines are the seed-mean ratios (the ratio per seed, then the mean; the seed range shaded). "
+        "The pooled ratios (centroids over all seeds, one ratio) are what the toy-vs-LLM comparison uses; the "
+        "two differ because a mean of ratios is not a ratio of means. At the embeddings every prompt's "
+        "boundary token is the same, so there is no geometry (nan).")
+    page.add(table(["location", "name", "gap ratio, seed-mean", "seed range", "gap ratio, pooled",
+                    "effective-rank ratio, seed-mean", "seed range", "effective-rank ratio, pooled"], rows, left=2))
+
+
+
+
+def compare_view(page: Page, s: Section) -> None:
+    rel = s.rel
+    rows = []
+    for i, r in enumerate(s.data.get("rows", [])):
+        row = ("rows", i)
+        if r.get("probe_norm") is not None:
+            probe = (f"{page.v(rel, *row, 'probe_norm')} (test accuracy "
+                     f"{page.v_or_dash(rel, *row, 'probe_norm_test_acc')})")
+        else:
+            probe = "not reached on the grid"
+        own = (f"{page.v(rel, *row, 'readout_norm')} (passes the check: {page.v_or_dash(rel, *row, 'readout_passed')})"
+               if r.get("readout_norm") is not None else "—")
+        rows.append([page.v(rel, *row, "label"), page.v(rel, *row, "kind"), page.v(rel, *row, "gap_ratio"),
+                     page.v(rel, *row, "erank_ratio"), page.v(rel, *row, "arc_angle"),
+                     page.v_or_dash(rel, *row, "probe_best_acc"), page.v_or_dash(rel, *row, "probe_norm_at_best"),
+                     probe, own])
+    page.add(table(["source", "kind", "gap ratio, pooled", "effective-rank ratio, pooled", "endpoint angle (rad)",
+                    "probe test accuracy (validation-selected α)", "its native norm",
+                    "smallest native norm exact on validation rows", "toy's own read-out norm"], rows, left=2))
+    fractions = (f" (train / validation / test {page.v(rel, 'probe', 'fractions', 0)} / "
+                 f"{page.v(rel, 'probe', 'fractions', 1)} / {page.v(rel, 'probe', 'fractions', 2)}, split seed "
+                 f"{page.v(rel, 'probe', 'split_seed')})" if page.has(rel, "probe", "fractions") else "")
+    page.caption(
+        "Ratios here are pooled over seeds (centroids over all seeds), not Figure 5's seed-mean. The endpoint "
+        "angle is seen from the origin between the centroids of the first and last count of the span "
+        f"{page.values(rel, 'arc_counts')}, not Figure 2(b)'s arc angle. Probes: one ridge path per source"
+        f"{fractions}, relative ridge coefficients {page.values(rel, 'probe', 'rel_alphas', limit=3)}; the "
+        "accuracy column is the validation-selected probe scored on the test rows; the norm column is the "
+        "smallest norm on the path whose probe counts rounding-exactly on the validation rows, “not reached” "
+        "when no coefficient of the grid gets there. The toy's own read-out is the construction's, certified "
+        "by the full-domain check.")
+    page.caption(
+        "The toy centroids average h(n, m) over every distractor count m, as the LLM's average over prompts, so "
+        "the toy panels need not look like Figure 1's letter-free slice (linear and softmax zig-zag where the "
+        "distractors move the centroid); the learned post-LN construction reads its arc through a gain with "
+        "one non-zero coordinate, so its h lies on a line (endpoint angle zero).")
+    closest = "".join(f"<li>{page.k(rel, 'closest_toy', k)} resembles toy {page.v(rel, 'closest_toy', k)}</li>"
+                      for k in (s.data.get("closest_toy") or {}))
+    if closest:
+        page.add(f"<p>Nearest toy by gap and effective-rank ratios:</p><ul>{closest}</ul>")
 
 
 __all__ = ["plot_figure5", "plot_figure6", "plot_pca_panels", "plot_compare", "draw_geometry", "draw_compare"]

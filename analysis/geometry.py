@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from countlens.errors import UsageError
+from countlens.core.errors import UsageError
 
 LOW_WINDOW = (1, 10)
 HIGH_WINDOW = (91, 100)

@@ -1,6 +1,6 @@
 """Layerwise geometry of a data set: count centroids per seed and location, Figure 5's ratios and
 Figure 6's PCA (docs/definitions.md §2, "Geometry"). Pure functions of arrays, except that
-:func:`centroids_from_capture` streams a capture through :func:`countlens.store.iter_batches`.
+:func:`centroids_from_capture` streams a capture through :func:`countlens.core.store.iter_batches`.
 
 Centroids follow the paper: per seed, the mean boundary vector over every prompt with count ``n`` (all
 token pairs, prompt configurations and distractor counts pooled — with the balanced design of
@@ -32,9 +32,9 @@ from countlens.analysis.geometry import (
     pca_2d,
     window_rows,
 )
-from countlens.errors import UsageError
-from countlens.locations import default_pca_locations
-from countlens.store import iter_batches
+from countlens.core.errors import UsageError
+from countlens.core.locations import default_pca_locations
+from countlens.core.store import iter_batches
 
 
 @dataclass
@@ -70,7 +70,7 @@ def centroids_from_arrays(acts: np.ndarray, n: np.ndarray, seed: np.ndarray, loc
 
 
 def centroids_from_capture(ds, locations: list[str], batch_size: int = 128) -> CentroidSet:
-    """Centroids of a loaded capture (:func:`countlens.store.load_capture`), streamed in batches in the
+    """Centroids of a loaded capture (:func:`countlens.core.store.load_capture`), streamed in batches in the
     stored dtype (summed in float64), so memory stays O(seeds × counts × locations × d) whatever the
     number of prompts."""
     acc = _Accumulator()
@@ -126,12 +126,12 @@ class _Accumulator:
 def compute_geometry(cs: CentroidSet, low=LOW_WINDOW, high=HIGH_WINDOW, pca_counts=PCA_COUNTS,
                      pca_locations: list[int] | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Figure 5's ratios at every location (per seed, seed mean and range, pooled) and Figure 6's PCA of
-    the pooled centroids at ``pca_locations`` (default: :func:`countlens.locations.default_pca_locations`).
+    the pooled centroids at ``pca_locations`` (default: :func:`countlens.core.locations.default_pca_locations`).
 
     Returns ``per_location`` (one dict per location) and ``pca`` (one dict per PCA location: counts,
     coords (k, 2), explained-variance ratio (2,)).
     """
-    from countlens.threads import blas_threads
+    from countlens.core.threads import blas_threads
 
     with blas_threads(1):  # every matrix is at most (counts x d): threads only add overhead (BENCHMARKS.md)
         return _compute_geometry(cs, low, high, pca_counts, pca_locations)

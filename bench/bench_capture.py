@@ -190,7 +190,7 @@ def main() -> None:
           f"{n_tokens / s:.0f} tokens/s")
     print(f"max |capture - output_hidden_states| = {max_err:.2e}; max relative |tl - capture| = {tl_err:.2e}")
     if args.json:
-        from countlens.io import provenance, write_json_atomic
+        from countlens.core.io import provenance, write_json_atomic
 
         write_json_atomic(args.json, {"prompts": len(prompts), "tokens": n_tokens, "median_seconds": med,
                                       "peak_mib": {m: max(v) for m, v in peaks.items()},

@@ -20,7 +20,7 @@ import numpy as np
 
 from countlens.analysis.geometry import effective_rank
 from countlens.analysis.layerwise import centroids_from_capture, compute_geometry
-from countlens.store import ActivationWriter, acts_array, load_capture
+from countlens.core.store import ActivationWriter, acts_array, load_capture
 
 
 def make_capture(path: Path, per_cell: int, n_loc: int = 31, d: int = 576, seeds=(0, 1, 2)) -> None:

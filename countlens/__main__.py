@@ -2,7 +2,7 @@
 
 import sys
 
-from countlens.cli import main
+from countlens.pipeline.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

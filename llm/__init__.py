@@ -5,6 +5,7 @@
 imports torch or transformers until it is used.
 """
 
+from countlens.core.store import ActivationWriter, acts_array, capture_meta, load_capture, read_meta  # noqa: F401
 from countlens.llm.answers import parse_answer  # noqa: F401
 from countlens.llm.capture import BoundaryCapture, find_blocks  # noqa: F401
 from countlens.llm.experiments import (  # noqa: F401
@@ -25,4 +26,3 @@ from countlens.llm.experiments import (  # noqa: F401
 from countlens.llm.models import load_model, resolve_model  # noqa: F401
 from countlens.llm.patching import BoundaryEdit  # noqa: F401
 from countlens.llm.prompts import Prompt, PromptSettings, build_prompts  # noqa: F401
-from countlens.store import ActivationWriter, acts_array, capture_meta, load_capture, read_meta  # noqa: F401

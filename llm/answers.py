@@ -27,12 +27,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from countlens.errors import UsageError
+from countlens.core.errors import UsageError
+from countlens.core.locations import location_names
+from countlens.core.store import ANSWER_COLUMNS
 from countlens.llm.capture import BoundaryCapture, ShardRunner, hidden_size, pad_batch
 from countlens.llm.models import LoadedModel
 from countlens.llm.prompts import Prompt
-from countlens.locations import location_names
-from countlens.store import ANSWER_COLUMNS
 
 ANSWER_TOKENS = 16  # small chat models write a short sentence before the number
 _NUMBER = re.compile(r"-?[0-9]+")

@@ -1,6 +1,6 @@
 """Capture the residual stream at the assistant boundary, at every layer: hooks, batching, backends.
 
-Locations (docs/definitions.md §2, names from :mod:`countlens.locations`): location 0 ``embed`` is the
+Locations (docs/definitions.md §2, names from :mod:`countlens.core.locations`): location 0 ``embed`` is the
 input to block 0 (token + position embeddings, scaled where the architecture scales them); location ``l >= 1`` ``blocks.{l-1}.hook_resid_post`` is the raw output of block
 ``l - 1`` (before any final norm: Hugging Face's last hidden state has the norm applied, so block outputs are
 taken with hooks). Only each prompt's boundary row is kept, so memory is ``O(locations x batch x d)``.
@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from countlens.errors import UsageError
+from countlens.core.errors import UsageError
+from countlens.core.locations import location_names
 from countlens.llm.models import LoadedModel
 from countlens.llm.prompts import Prompt
-from countlens.locations import location_names
 
 BACKENDS = ("hf", "transformer-lens")
 
@@ -67,7 +67,7 @@ class BoundaryCapture:
     >>> with BoundaryCapture(model, locations=[0, 1, 30]) as cap:
     ...     acts = cap.run(input_ids, attention_mask, boundary_index)   # (B, 3, d) float32 on CPU
 
-    ``locations`` are indices into :func:`countlens.locations.location_names`. With ``early_stop`` the forward pass stops after
+    ``locations`` are indices into :func:`countlens.core.locations.location_names`. With ``early_stop`` the forward pass stops after
     the last block needed. Hooks are always removed on exit, also after an error.
     """
 
@@ -248,7 +248,7 @@ def shard_runner(loaded: LoadedModel, locations: Sequence[int] | None, backend: 
                  batch_size: int) -> ShardRunner:
     """The :class:`ShardRunner` of ``backend`` (``hf`` or ``transformer-lens``) on ``loaded``.
 
-    ``locations``: indices into :func:`countlens.locations.location_names` (``None``: all).
+    ``locations``: indices into :func:`countlens.core.locations.location_names` (``None``: all).
     """
     model, tokenizer = loaded.model, loaded.tokenizer
     n_blocks = len(find_blocks(model))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from countlens.args import HelpFormatter, parse_int_list, reword
-from countlens.errors import UsageError
+from countlens.core.args import HelpFormatter, parse_int_list, reword
+from countlens.core.errors import UsageError
 
 DESCRIPTION = """\
 Capture a chat model's residual stream at the assistant boundary on counting prompts
@@ -302,7 +302,7 @@ BEHAVIOUR_FLAGS = {"sources": "--sources", "targets": "--targets", "deltas": "--
 
 
 def cmd_patch(args) -> int:
-    from countlens.args import parse_int_list
+    from countlens.core.args import parse_int_list
     from countlens.llm.experiments import PatchingConfig, run_patching
     from countlens.llm.figures import draw_patching
     from countlens.llm.models import quiet_transformers
@@ -335,7 +335,7 @@ def cmd_patch(args) -> int:
 def cmd_steer(args) -> int:
     from pathlib import Path
 
-    from countlens.args import parse_float_list
+    from countlens.core.args import parse_float_list
     from countlens.llm.experiments import SteeringConfig, run_steering
     from countlens.llm.figures import draw_steering
     from countlens.llm.models import quiet_transformers

@@ -5,7 +5,7 @@ model config only), writes ``meta.json`` and schedules every unfinished shard on
 one per GPU (``num_gpus=1``) or per CPU slot. Each actor loads the model once and captures the shards it
 is given with the same function as a single-process run (:func:`~countlens.llm.capture.capture_shard`), so
 the rows are the same bit for bit given the same batches, writing each one with
-:meth:`countlens.store.ActivationWriter.write_shard` (atomic). Activations travel through the capture
+:meth:`countlens.core.store.ActivationWriter.write_shard` (atomic). Activations travel through the capture
 folder only, so it must be on storage every node mounts; that is checked in one line before any work. A
 worker that dies mid-shard leaves no shard behind; Ray restarts its actor and retries the shard. The
 driver marks the capture complete only when every shard reads back whole.
@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from countlens.errors import UsageError
-from countlens.io import write_json_atomic
+from countlens.core.errors import UsageError
+from countlens.core.io import write_json_atomic
+from countlens.core.store import ActivationWriter, existing_capture
 from countlens.llm.capture import capture_shard, model_facts
 from countlens.llm.experiments import (
     CaptureConfig,
@@ -37,7 +38,6 @@ from countlens.llm.experiments import (
     capture_runner,
     plan_capture,
 )
-from countlens.store import ActivationWriter, existing_capture
 
 RAY_INSTALL = "pip install 'countlens[ray]'"
 RETRIES = 3  # restarts of a dead actor, and retries of the shard it was capturing

@@ -4,7 +4,7 @@
 model (hub revision included), build and check the prompts (chat template, items, boundary), resolve the
 locations, check the context length — so a capture that cannot work is refused before any weights are
 read; :func:`preflight_capture` is that check alone. :func:`run_capture` then loads the weights and writes
-the folder shard by shard (``countlens.store``), resuming the shards an interrupted run left.
+the folder shard by shard (``countlens.core.store``), resuming the shards an interrupted run left.
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from countlens.errors import UsageError
-from countlens.io import provenance, read_json, to_jsonable, write_csv_atomic, write_json_atomic
+from countlens.core.errors import UsageError
+from countlens.core.io import provenance, read_json, to_jsonable, write_csv_atomic, write_json_atomic
+from countlens.core.locations import location_label, location_names, resolve_location, resolve_locations
+from countlens.core.store import ActivationWriter, existing_capture, load_capture, read_meta
 from countlens.llm.answers import ANSWER_TOKENS, answer_prompts, answering_runner, check_generation_prompt
 from countlens.llm.capture import (
     BACKENDS,
@@ -56,8 +58,6 @@ from countlens.llm.prompts import (
     build_prompts,
     single_token_pairs,
 )
-from countlens.locations import location_label, location_names, resolve_location, resolve_locations
-from countlens.store import ActivationWriter, existing_capture, load_capture, read_meta
 
 ACTS_DTYPES = ("float32", "float16")
 PADDING_SIDES = ("left", "right")
@@ -136,7 +136,7 @@ class CaptureConfig:
 
 
 # Config field -> command-line flag, for wording this room's errors on the command line
-# (``countlens.args.reword``); ``model`` is left out because the word also means the model itself.
+# (``countlens.core.args.reword``); ``model`` is left out because the word also means the model itself.
 FLAGS = {f.name: "--" + f.name.replace("_", "-") for f in fields(CaptureConfig) if f.name != "model"}
 FLAGS['template="plain"'] = "--template plain"
 
@@ -355,7 +355,7 @@ def _check_decoding(batch_size: int, max_new_tokens: int) -> None:
 class PatchingConfig:
     """Figure 9a: boundary activation patching. Pairs of prompts that differ only in count (same seed,
     wording, token pair and draw): target count ``targets[i]`` is patched with source count ``sources[i]`` at
-    every location of ``locations`` (a spec for :func:`countlens.locations.resolve_locations`; default all).
+    every location of ``locations`` (a spec for :func:`countlens.core.locations.resolve_locations`; default all).
     The default ``L = 64`` keeps the prompts short: the experiment costs one prompt pass per pair and
     location, and small counts are where a 135M model answers at all."""
 

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 import matplotlib.pyplot as plt
 import numpy as np
 
-from countlens.io import save_figure
+from countlens.core.io import save_figure
+from countlens.core.report import Page, Section, location_cell, table
 
 if TYPE_CHECKING:
     from countlens.llm.experiments import PatchingResult, SteeringResult
@@ -76,3 +77,32 @@ def draw_patching(result: PatchingResult, folder: str | Path) -> list[Path]:
 def draw_steering(result: SteeringResult, folder: str | Path) -> list[Path]:
     """``fig9b_steering.png`` / ``.pdf`` in ``folder``."""
     return save_figure(plot_steering(result), Path(folder) / "fig9b_steering")  # save_figure closes it
+
+
+# ----------------------------------------------------------------------- report views
+
+def patching_view(page: Page, s: Section) -> None:
+    rel = s.rel
+    rows = [[location_cell(page, rel, "locations", i)]
+            + [page.v_or_dash(rel, "locations", i, k) for k in ("moved_to_source", "mean_shift", "mean_relative_shift",
+                                                              "logprob_change", "parsed")]
+            for i in range(len(s.data.get("locations", [])))]
+    page.caption(
+        "Each target prompt's boundary vector at one location is replaced by that of a prompt differing only in "
+        "count (same seed, wording and token pair), and the forward continues. Only the boundary position is "
+        "patched, so later blocks can still re-read the items: where answers follow the source is where the "
+        f"count is committed. The model's clean accuracy on the targets: {page.v(rel, 'clean_accuracy')}.")
+    page.add("<details><summary>Per location</summary>" + table(
+        ["location", "answers moved to the source", "mean answer shift", "shift / (source − target)",
+         "change of log p(correct), nats", "answers parsed"], rows) + "</details>")
+
+
+
+
+def steering_view(page: Page, s: Section) -> None:
+    rel = s.rel
+    page.caption(
+        f"At {page.v(rel, 'location')}, Δ·w/‖w‖² along the validation-selected ridge probe "
+        f"w (native norm {page.v(rel, 'probe_norm')}) is added to the boundary vector, so the probe's read-out "
+        "moves by exactly Δ; the grey line is a random direction of the same norm. The curve is the model's mean "
+        f"answer shift; its clean accuracy on these prompts: {page.v(rel, 'clean_accuracy')}.")

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from countlens.errors import UsageError
-from countlens.io import write_json_atomic
+from countlens.core.errors import UsageError
+from countlens.core.io import write_json_atomic
 
 DEFAULT_MODEL = "default"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"

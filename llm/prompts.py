@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from countlens.errors import UsageError
+from countlens.core.errors import UsageError
 
 # (target, distractor): common English words, one token each (with a leading space) in GPT-2, Llama-3,
 # Qwen2 and SmolLM2 vocabularies.

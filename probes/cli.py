@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from countlens.args import HelpFormatter, parse_float_list, parse_int_list, reword
-from countlens.errors import UsageError
-from countlens.io import read_json
+from countlens.core.args import HelpFormatter, parse_float_list, parse_int_list, reword
+from countlens.core.errors import UsageError
+from countlens.core.io import read_json
 
 _FLAGS = {"blas_threads": "--blas-threads", "alphas": "--alphas", "seeds": "--seeds", "fractions": "--split", "classifier_C": "--classifier-C",
           "figure_locations": "--figure-locations", "location": "--location", "locations": "--locations"}

@@ -28,10 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from countlens.cache import ResultCache
-from countlens.errors import UsageError
-from countlens.io import provenance, write_csv_atomic, write_json_atomic
-from countlens.locations import first_block_location, location_label, resolve_location, resolve_locations
+from countlens.core.cache import ResultCache
+from countlens.core.errors import UsageError
+from countlens.core.io import provenance, write_csv_atomic, write_json_atomic
+from countlens.core.locations import first_block_location, location_label, resolve_location, resolve_locations
+from countlens.core.store import acts_array, capture_meta, column, load_capture
+from countlens.core.threads import blas_threads
 from countlens.probes.metrics import (
     binned_accuracy,
     control_labels,
@@ -50,8 +52,6 @@ from countlens.probes.ridge import (
     standardisation,
 )
 from countlens.probes.splits import DEFAULT_FRACTIONS, split_rows
-from countlens.store import acts_array, capture_meta, column, load_capture
-from countlens.threads import blas_threads
 
 # The sweep reaches further into strong penalties than the selection grid (DEFAULT_ALPHA_GRID, 1e-6..1e4):
 # Figure 8 draws the whole trade-off, down to probes shrunk almost to zero norm, while selection never
@@ -129,7 +129,7 @@ def _check_common(config) -> None:
 class ProbeConfig:
     """``countlens probe``: validation-selected ridge probes per location (Figure 7).
 
-    ``locations``: a spec for :func:`countlens.locations.resolve_locations` (``None`` = all); ``alphas``:
+    ``locations``: a spec for :func:`countlens.core.locations.resolve_locations` (``None`` = all); ``alphas``:
     absolute penalties on the (standardised) design; ``seeds``: split seeds; ``fractions``: train,
     validation, test; ``classifier_C``: with a value or a grid, also the multinomial classification
     read-out, its C chosen on validation; ``figure_locations``: the location specs Figure 7 draws
@@ -377,7 +377,7 @@ def run_probes(config: ProbeConfig, data: ProbeData | None = None, resume_dir: s
     ``config.classifier_C`` also the multinomial classification read-out (:func:`fit_classifier_probe`) on
     the same splits. ``data``: the loaded capture (default: :func:`load_probe_data` of ``config.acts``).
 
-    With ``resume_dir`` every finished location is kept there (a :class:`countlens.cache.ResultCache`) and
+    With ``resume_dir`` every finished location is kept there (a :class:`countlens.core.cache.ResultCache`) and
     reused by a rerun with the same configuration on the same capture, so an interrupted run resumes; the
     folder is removed once every location is done.
     """

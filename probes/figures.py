@@ -12,8 +12,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import MaxNLocator, NullFormatter
 
-from countlens.io import save_figure
-from countlens.locations import location_label
+from countlens.core.io import save_figure
+from countlens.core.locations import location_label
+from countlens.core.report import Page, Section, location_cell, table
 from countlens.probes.experiments import ProbeResult, SweepResult
 
 # Figure 8's colour, defined where it is drawn (countlens.probes.penalty_unit).
@@ -146,6 +147,63 @@ def draw_probes(result: ProbeResult, folder: str | os.PathLike, locations: list[
 def draw_sweep(result: SweepResult, folder: str | os.PathLike) -> list[Path]:
     """``fig8_norm_sweep.png/.pdf`` in ``folder``."""
     return save_figure(plot_norm_sweep(result), Path(folder) / "fig8_norm_sweep")
+
+
+# ----------------------------------------------------------------------- report views
+
+def _fractions(page: Page, rel: str) -> str:
+    if not page.has(rel, "config", "fractions"):
+        return ""
+    sizes = (f"; rows {page.v(rel, 'config', 'split_sizes', 'train')} / "
+             f"{page.v(rel, 'config', 'split_sizes', 'validation')} / {page.v(rel, 'config', 'split_sizes', 'test')}"
+             if page.has(rel, "config", "split_sizes", "test") else "")
+    return (f" (train / validation / test fractions {page.v(rel, 'config', 'fractions', 0)} / "
+            f"{page.v(rel, 'config', 'fractions', 1)} / {page.v(rel, 'config', 'fractions', 2)}{sizes})")
+
+
+
+
+def probe_view(page: Page, s: Section) -> None:
+    rel = s.rel
+    locs = s.data.get("locations", [])
+    cols = ("alpha", "val_rounded_acc", "test_rounded_acc", "r2", "coef_norm", "control_test_rounded_acc",
+            "selectivity")
+    rows = []
+    for i, loc in enumerate(locs):
+        for j, fit in enumerate(loc.get("fits", [])):
+            rows.append([location_cell(page, rel, "locations", i), page.v(rel, "locations", i, "fits", j, "seed")]
+                        + [page.v(rel, "locations", i, "fits", j, c) if c in fit else "—" for c in cols])
+    page.caption(
+        "Protocol: per location and split seed, every α of the grid is fitted on the training rows, α is "
+        f"selected by validation rounded accuracy and the selected probe is scored on the test rows{_fractions(page, rel)}. "
+        f"The α grid: {page.values(rel, 'alphas', limit=3)}. Figure 7 bins the test accuracy by count.")
+    best = s.data.get("best_location")
+    if best is not None:
+        index = next((i for i, loc in enumerate(locs) if loc.get("name") == best), None)
+        label = location_cell(page, rel, "locations", index) if index is not None else page.v(rel, "best_location")
+        page.add(f"<p>Best location by validation accuracy: {label} ({page.v(rel, 'best_location')}).</p>")
+    page.add("<details><summary>Selected probe per location and split seed</summary>"
+             + table(["location", "split seed", "α", "validation rounded accuracy", "test rounded accuracy", "R²",
+                      "native norm", "control-task test accuracy", "selectivity"], rows) + "</details>")
+    if page.has(rel, "behaviour", "accuracy"):
+        page.add("<p>The model's own greedy answer (parsed by one rule: exactly one number in the answer, else "
+                 f"unparsed, counted wrong) is exact on {page.v(rel, 'behaviour', 'accuracy')} of the prompts "
+                 f"({page.v(rel, 'behaviour', 'parsed')} parse); Figure 7 draws it per count range beside the "
+                 "probe. Selectivity is the probe's test accuracy minus that of the same probe family, with α "
+                 "selected the same way, on the Hewitt–Liang control task (each count mapped to a fixed random "
+                 "other count).</p>")
+
+
+
+
+def sweep_view(page: Page, s: Section) -> None:
+    rel = s.rel
+    page.caption(
+        f"At {page.v_or_dash(rel, 'location')}, one probe per α of the grid: its native Euclidean norm (in the "
+        "activations' own coordinates) against its rounded accuracy on the held-out test rows, with no "
+        f"selection{_fractions(page, rel)}. Colour is the relative ridge coefficient (α over the mean "
+        "eigenvalue of the training design's Gram matrix); black stars are the unregularised "
+        "(minimum-norm least-squares) probes, one per split seed.")
 
 
 __all__ = ["plot_binned_accuracy", "plot_layerwise", "plot_norm_sweep", "draw_probes", "draw_sweep"]

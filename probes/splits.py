@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from countlens.errors import UsageError
+from countlens.core.errors import UsageError
 
 DEFAULT_FRACTIONS = (0.6, 0.2, 0.2)
 

@@ -16,7 +16,7 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 def one_torch_thread():
     """Run a test on one torch thread: the toy's tensors are small, and a second thread only adds
     contention on a shared machine."""
-    from countlens.threads import torch_threads
+    from countlens.core.threads import torch_threads
 
     with torch_threads(1):
         yield
@@ -34,7 +34,7 @@ def tiny_chat_model(tmp_path_factory, smollm2_tokenizer):  # noqa: F811
 def test_preset_report(tmp_path_factory, tiny_chat_model):
     """``countlens reproduce --preset test`` on the tiny model, once per session: (OUT folder, exit code).
     Treat it as read-only."""
-    from countlens.cli import main
+    from countlens.pipeline.cli import main
 
     out = tmp_path_factory.mktemp("report") / "r"
     code = main(["reproduce", "--preset", "test", "--model", str(tiny_chat_model), "--out", str(out)])

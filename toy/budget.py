@@ -32,7 +32,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from countlens.errors import UsageError
+from countlens.core.errors import UsageError
 from countlens.toy.constructions import (
     Construction,
     best_construction,

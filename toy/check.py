@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from countlens.errors import UsageError
+from countlens.core.errors import UsageError
 from countlens.toy.model import DTYPE, ToyConfig, ToyParams, count_error, token_vectors
 
 DEFAULT_CHUNK = 1 << 20  # pairs held at once: 8 MiB per float64 buffer

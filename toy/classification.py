@@ -33,7 +33,7 @@ import math
 import numpy as np
 import torch
 
-from countlens.errors import UsageError
+from countlens.core.errors import UsageError
 from countlens.toy import model
 from countlens.toy.model import DTYPE, ToyConfig, ToyParams
 

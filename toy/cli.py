@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from countlens.args import HelpFormatter, parse_float_list, parse_int_list, positive_int, reword
-from countlens.cache import ResultCache
-from countlens.errors import UsageError
-from countlens.io import provenance, write_json_atomic
-from countlens.threads import TOY_THREADS, torch_threads
+from countlens.core.args import HelpFormatter, parse_float_list, parse_int_list, positive_int, reword
+from countlens.core.cache import ResultCache
+from countlens.core.errors import UsageError
+from countlens.core.io import provenance, write_json_atomic
+from countlens.core.threads import TOY_THREADS, torch_threads
 from countlens.toy import experiments as ex
 from countlens.toy.domain_loss import LOSSES
 from countlens.toy.model import READOUTS, VARIANTS, ToyConfig
@@ -81,7 +81,7 @@ def _out_dir(text: str) -> Path:
 
 
 def _with_threads(func: Any) -> Any:
-    """Run a command with ``--threads`` torch intra-op threads (default :data:`countlens.threads.TOY_THREADS`),
+    """Run a command with ``--threads`` torch intra-op threads (default :data:`countlens.core.threads.TOY_THREADS`),
     restoring the previous count: the toy's tensors are small, so a second thread costs more in contention
     than it gains (BENCHMARKS.md)."""
     @functools.wraps(func)

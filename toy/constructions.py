@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from countlens.errors import UsageError
+from countlens.core.errors import UsageError
 from countlens.toy.check import CheckResult, full_domain_check
 from countlens.toy.model import DTYPE, VARIANTS, ToyConfig, ToyParams, full_domain, mixing_weights
 

@@ -6,7 +6,7 @@ For each one: a validated, frozen ``...Config`` whose defaults are the reduced (
 results alone by :mod:`countlens.toy.figures`; :mod:`countlens.toy.cli` only parses flags into a config,
 runs it and writes.
 
-Training runs and Table 3's constructed cells are kept in a :class:`countlens.cache.ResultCache` as they
+Training runs and Table 3's constructed cells are kept in a :class:`countlens.core.cache.ResultCache` as they
 finish, so an interrupted experiment resumes where it stopped when rerun with the same settings. A diverged
 run (NaN/inf) never contributes numbers: it is listed under ``diverged`` with its step. The paper trained for
 20M/100M steps; ours are L-BFGS iterations, which converge in far fewer, and every result records them.
@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from countlens.cache import ResultCache
-from countlens.errors import UsageError
-from countlens.io import provenance, read_json, write_json_atomic
-from countlens.threads import one_thread, set_one_thread
+from countlens.core.cache import ResultCache
+from countlens.core.errors import UsageError
+from countlens.core.io import provenance, read_json, write_json_atomic
+from countlens.core.threads import one_thread, set_one_thread
 from countlens.toy import budget
 from countlens.toy.budget import (
     CLAIMED,
@@ -565,7 +565,7 @@ class Table3Result(_Result):
 
 
 def l_max_cache_key(variant: str, B: float, d: int, tau: float) -> dict[str, Any]:
-    """What keys one constructed cell of Table 3 in a :class:`~countlens.cache.ResultCache`."""
+    """What keys one constructed cell of Table 3 in a :class:`~countlens.core.cache.ResultCache`."""
     return {"l_max": {"variant": variant, "B": float(B), "d": int(d), "tau": float(tau)}}
 
 
@@ -609,7 +609,7 @@ def run_table3(config: Table3Config, progress: bool = False, cache: ResultCache 
 def pool_map(func: Any, jobs: list[tuple[Any, ...]], workers: int = 1, desc: str = "", progress: bool = False) -> list[Any]:
     """``[func(*job) for job in jobs]``, in this process or, with ``workers > 1``, in that many fresh
     (spawned: no forked torch/OpenMP state) processes. Either way every job runs on one torch thread and one
-    BLAS thread (:func:`countlens.threads.one_thread`; two workers with two BLAS threads each ran Table 2 twice
+    BLAS thread (:func:`countlens.core.threads.one_thread`; two workers with two BLAS threads each ran Table 2 twice
     as slowly as one process), so each independent, seeded job gives the same bits with any ``workers``.
     ``func`` must be a module-level function, and a script that calls this with ``workers > 1`` needs the
     usual ``if __name__ == "__main__":`` guard of spawned processes."""

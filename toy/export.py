@@ -5,7 +5,7 @@ One row per admissible count pair ``n, m >= 0, n + m <= L``, with two locations:
     attn_out   o(n, m), the attention output at the boundary
     h          h(n, m), what the read-out sees (post-LN applied where the variant has it; = o otherwise)
 
-and the columns of :mod:`countlens.store` filled as a toy "prompt" would: ``pair="toy"``,
+and the columns of :mod:`countlens.core.store` filled as a toy "prompt" would: ``pair="toy"``,
 ``config=<variant>``, ``seed=<seed>``, ``prompt=""``, ``boundary_index=0``, ``n_tokens=1+n+m``. Values are
 stored as float64 (softmax compresses high counts to spacings far below float32 resolution at large L).
 Every probe and geometry command therefore runs on toy parameters — constructed or trained — unchanged.
@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from countlens.errors import UsageError
-from countlens.io import config_digest, provenance
-from countlens.store import ActivationWriter, read_meta
+from countlens.core.errors import UsageError
+from countlens.core.io import config_digest, provenance
+from countlens.core.store import ActivationWriter, read_meta
 from countlens.toy.model import ToyConfig, ToyParams, attention_output, boundary_representation, full_domain
 
 LOCATIONS = ("attn_out", "h")
@@ -59,8 +59,8 @@ def export_toy_activations(cfg: ToyConfig, params: ToyParams, out_dir: str | os.
                            seed: int = 0, progress: bool = False) -> Path:
     """Write ``attn_out`` and ``h`` at every admissible pair up to ``L`` (default ``cfg.L``) as a capture
     folder; return the folder. A finished folder with the same settings is left as it is (resume);
-    one with other settings is refused by :class:`countlens.store.ActivationWriter` (through
-    :func:`countlens.cache.refuse_other_settings`).
+    one with other settings is refused by :class:`countlens.core.store.ActivationWriter` (through
+    :func:`countlens.core.cache.refuse_other_settings`).
     """
     L = int(cfg.L if L is None else L)
     if L < 1:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from countlens.errors import UsageError
+from countlens.core.errors import ConfigError, UsageError
 
 VARIANTS = (
     "linear",
@@ -188,6 +188,51 @@ class ToyParams:
         return cfg, cls(**values)
 
 
+
+@dataclass
+class ParamsFile:
+    """A toy parameter file read back: the model, its vectors, and the full-domain ``check`` that certified
+    them where the file holds one (``None`` otherwise)."""
+
+    cfg: ToyConfig
+    params: ToyParams
+    check: dict[str, Any] | None = None
+
+    @property
+    def passed(self) -> bool | None:
+        """Whether the file's full-domain check passed (``None``: the file holds no check)."""
+        passed = (self.check or {}).get("passed")
+        return passed if isinstance(passed, bool) else None
+
+
+def read_params(data: Any, L: int | None = None) -> ParamsFile:
+    """The one reader of the toy parameter-file schema (docs/definitions.md §1): a JSON object holding
+    :meth:`ToyParams.to_dict` at its top level (``variant``, ``d``, ``tau``, ``readout``, ``L``, the vectors)
+    and, optionally, ``check``: the full-domain check that certified it. ``toy construct``, ``toy train`` and
+    Table 3's attained parameters all write it.
+
+    ``L``: the domain the model is evaluated on; default the file's ``L`` (a classifier's head fixes its
+    own through ``U``). :class:`UsageError` for anything else. Files of countlens 0.1's ``toy train``, which
+    nested the vectors under ``"params"``, are read too.
+    """
+    if isinstance(data, dict) and isinstance(data.get("params"), dict) and "x_b" not in data:
+        data = {"L": data.get("L"), **data["params"], "check": data.get("check")}  # countlens 0.1 toy train
+    if not isinstance(data, dict) or "x_b" not in data:
+        raise UsageError("the parameter file holds no toy parameters (keys variant, d, x_b, x_s, x_l, ...); write "
+                         "one with `countlens toy construct` or `countlens toy train`")
+    if L is None and data.get("L") is not None:
+        L = int(data["L"])
+    if "U" in data:  # classification: the head fixes its own L; the model may be evaluated at another
+        cfg, params = ToyParams.from_dict(data)
+        cfg = cfg if L is None else cfg.with_L(int(L))
+    elif L is None:
+        raise ConfigError("L", "the parameter file does not say its maximum length; pass {L}")
+    else:
+        cfg, params = ToyParams.from_dict(data, L=int(L))
+    check = data.get("check")
+    return ParamsFile(cfg, params, check if isinstance(check, dict) else None)
+
+
 def full_domain(L: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Every admissible pair ``n, m >= 0, n + m <= L``: two float64 tensors of shape ((L+1)(L+2)/2,)."""
     n, m = np.triu_indices(L + 1)  # (i, j) with i <= j  ->  n = i, m = j - i
@@ -288,7 +333,7 @@ def init_params(cfg: ToyConfig, seed: int = 0, scale: float = 1.0) -> ToyParams:
 
 
 __all__ = [
-    "VARIANTS", "READOUTS", "ToyConfig", "ToyParams", "full_domain", "layer_norm", "token_vectors",
+    "VARIANTS", "READOUTS", "ToyConfig", "ToyParams", "ParamsFile", "read_params", "full_domain", "layer_norm", "token_vectors",
     "mixing_weights", "attention_output", "boundary_representation", "readout", "forward", "count_error",
     "winning_gap", "init_params",
 ]

@@ -60,9 +60,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from countlens.cache import refuse_other_settings
-from countlens.errors import UsageError
-from countlens.io import write_bytes_atomic
+from countlens.core.cache import refuse_other_settings
+from countlens.core.errors import UsageError
+from countlens.core.io import write_bytes_atomic
 from countlens.toy import model
 from countlens.toy.check import full_domain_check
 from countlens.toy.domain_loss import LOSSES, PairSet, loss_and_grad, residuals, worst_pairs

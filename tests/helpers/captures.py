@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from countlens.store import ActivationWriter
+from countlens.core.store import ActivationWriter
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -1,13 +1,14 @@
-"""Running ``countlens llm ...`` in-process and checking its one-line errors."""
+"""Running ``countlens ...`` in-process and checking its one-line errors."""
 
 from __future__ import annotations
 
-from countlens.cli import main
+from countlens.pipeline.cli import main
 
 
-def run_cli(capsys, *argv) -> tuple[int, str, str]:
-    """``countlens llm *argv`` in-process: (exit code, stdout, stderr)."""
-    code = main(["llm", *argv])
+def run_countlens(capsys, *argv) -> tuple[int, str, str]:
+    """``countlens *argv`` in-process (``argv`` names the command, e.g. ``"llm", "capture", ...``):
+    (exit code, stdout, stderr)."""
+    code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
 

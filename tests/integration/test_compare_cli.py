@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from countlens.cli import main
+from countlens.pipeline.cli import main
 from countlens.toy.model import ToyParams, boundary_representation, full_domain
 from tests.helpers.captures import PNG, write_capture
 

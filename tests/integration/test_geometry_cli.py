@@ -7,8 +7,8 @@ import pytest
 
 from countlens.analysis.experiments import GeometryResult
 from countlens.analysis.figures import plot_figure5, plot_figure6
-from countlens.cli import main
-from countlens.io import save_figure
+from countlens.core.io import save_figure
+from countlens.pipeline.cli import main
 from tests.helpers.captures import PNG, write_capture
 
 

@@ -7,10 +7,10 @@ import shutil
 import numpy as np
 import pytest
 
-from countlens.cli import main
-from countlens.io import write_json_atomic
-from countlens.store import load_capture, read_meta
-from tests.helpers.cli import assert_one_line_error, run_cli
+from countlens.core.io import write_json_atomic
+from countlens.core.store import load_capture, read_meta
+from countlens.pipeline.cli import main
+from tests.helpers.cli import assert_one_line_error, run_countlens
 from tests.helpers.llm_fixtures import smollm2_tokenizer, tiny_model_dir, tiny_models  # noqa: F401
 
 SMALL = ["--L", "12", "--pairs", "a/b", "--configs", "count", "--seeds", "0", "--quiet"]
@@ -38,7 +38,7 @@ def test_capture_answers_columns(capture_with_answers):
 
 
 def test_patch_writes_result_csv_and_figure(capsys, tiny_model_dir, tmp_path):  # noqa: F811
-    code, out, err = run_cli(capsys, "patch", "--model", str(tiny_model_dir), *SMALL, "--sources", "9,2",
+    code, out, err = run_countlens(capsys, "llm", "patch", "--model", str(tiny_model_dir), *SMALL, "--sources", "9,2",
                              "--targets", "2,9", "--answer-tokens", "3", "--out", str(tmp_path))
     assert code == 0, err
     assert {p.name for p in tmp_path.iterdir()} == {"patching.json", "patching.csv", "fig9a_patching.png",
@@ -55,7 +55,7 @@ def read_meta_names(n):
 def test_steer_writes_result_and_figure(capsys, capture_with_answers, tmp_path):
     write_json_atomic(tmp_path / "probes.json", probes_for(read_meta(capture_with_answers)))
     out = tmp_path / "out"
-    code, _, err = run_cli(capsys, "steer", "--acts", str(capture_with_answers), "--probes",
+    code, _, err = run_countlens(capsys, "llm", "steer", "--acts", str(capture_with_answers), "--probes",
                            str(tmp_path / "probes.json"), "--deltas=-2,0,2", "--counts", "3,6",
                            "--answer-tokens", "2", "--quiet", "--out", str(out))
     assert code == 0, err
@@ -67,7 +67,7 @@ def test_steer_writes_result_and_figure(capsys, capture_with_answers, tmp_path):
                                               ("a,b", "--deltas")])
 def test_steer_refuses_bad_delta_grids(capsys, capture_with_answers, tmp_path, deltas, word):
     write_json_atomic(tmp_path / "probes.json", probes_for(read_meta(capture_with_answers)))
-    code, _, err = run_cli(capsys, "steer", "--acts", str(capture_with_answers), "--probes",
+    code, _, err = run_countlens(capsys, "llm", "steer", "--acts", str(capture_with_answers), "--probes",
                            str(tmp_path / "probes.json"), "--deltas", deltas, "--out", str(tmp_path / "out"))
     assert_one_line_error(code, err, word)
     assert not (tmp_path / "out").exists()
@@ -76,14 +76,14 @@ def test_steer_refuses_bad_delta_grids(capsys, capture_with_answers, tmp_path, d
 @pytest.mark.parametrize("source", [{"model": "someone/else"}, {"rows": 999}])
 def test_steer_refuses_a_probe_file_from_another_capture(capsys, capture_with_answers, tmp_path, source):
     write_json_atomic(tmp_path / "probes.json", probes_for(read_meta(capture_with_answers), **source))
-    code, _, err = run_cli(capsys, "steer", "--acts", str(capture_with_answers), "--probes",
+    code, _, err = run_countlens(capsys, "llm", "steer", "--acts", str(capture_with_answers), "--probes",
                            str(tmp_path / "probes.json"), "--out", str(tmp_path / "out"))
     assert_one_line_error(code, err, "another capture")
     assert not (tmp_path / "out").exists()
 
 
 def test_patch_refuses_unpaired_counts(capsys, tiny_model_dir, tmp_path):  # noqa: F811
-    code, _, err = run_cli(capsys, "patch", "--model", str(tiny_model_dir), *SMALL, "--sources", "1,2",
+    code, _, err = run_countlens(capsys, "llm", "patch", "--model", str(tiny_model_dir), *SMALL, "--sources", "1,2",
                            "--targets", "3", "--out", str(tmp_path / "out"))
     assert_one_line_error(code, err, "--sources", "--targets")
     assert not (tmp_path / "out").exists()
@@ -93,7 +93,7 @@ def test_answers_refused_on_a_model_without_a_generation_prompt(capsys, tiny_mod
     model = tmp_path / "model"
     shutil.copytree(tiny_model_dir, model)
     (model / "chat_template.jinja").write_text("{% for message in messages %}{{ message['content'] }}{% endfor %}")
-    code, _, err = run_cli(capsys, "capture", "--model", str(model), "--counts", "1,2", *SMALL, "--answers",
+    code, _, err = run_countlens(capsys, "llm", "capture", "--model", str(model), "--counts", "1,2", *SMALL, "--answers",
                            "--out", str(tmp_path / "out"))
     assert_one_line_error(code, err, "generation prompt", "--template plain")
     assert not (tmp_path / "out").exists()

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from countlens.cli import main
-from countlens.errors import UsageError
+from countlens.core.errors import UsageError
 from countlens.llm import acts_array, capture_meta, load_capture, read_meta
-from tests.helpers.cli import assert_one_line_error, run_cli
+from countlens.pipeline.cli import main
+from tests.helpers.cli import assert_one_line_error, run_countlens
 from tests.helpers.llm_fixtures import smollm2_tokenizer, tiny_models  # noqa: F401
 
 SMALL = ["--L", "12", "--counts", "0,3,12", "--pairs", "a/b", "--configs", "count", "--seeds", "0", "--quiet"]
@@ -29,15 +29,15 @@ def sorted_acts(path):
 
 def test_capture_and_prompts_commands(tiny_models, tmp_path, capsys):  # noqa: F811
     out = tmp_path / "cap"
-    code, text, _ = run_cli(capsys, "capture", "--model", str(tiny_models["gpt2"]), *SMALL, "--out", str(out))
+    code, text, _ = run_countlens(capsys, "llm", "capture", "--model", str(tiny_models["gpt2"]), *SMALL, "--out", str(out))
     assert code == 0 and "captured 3 prompts x 3 locations x 32 dims" in text
     ds = load_capture(out)
     assert sorted(ds["n"]) == [0, 3, 12] and capture_meta(ds)["architecture"] == "GPT2LMHeadModel"
     assert all(n + m <= 12 for n, m in zip(ds["n"], ds["m"], strict=True))
-    code, text, _ = run_cli(capsys, "prompts", "--model", str(tiny_models["gpt2"]), "--show", "2", *SMALL[:-1])
+    code, text, _ = run_countlens(capsys, "llm", "prompts", "--model", str(tiny_models["gpt2"]), "--show", "2", *SMALL[:-1])
     assert code == 0 and text.count("assistant⟦\\n⟧") == 2 and "boundary_index=" in text
     # rerunning a finished capture is a no-op that keeps the rows
-    code, _, _ = run_cli(capsys, "capture", "--model", str(tiny_models["gpt2"]), *SMALL, "--out", str(out))
+    code, _, _ = run_countlens(capsys, "llm", "capture", "--model", str(tiny_models["gpt2"]), *SMALL, "--out", str(out))
     assert code == 0 and len(load_capture(out)) == 3
 
 
@@ -54,7 +54,7 @@ def test_capture_and_prompts_commands(tiny_models, tmp_path, capsys):  # noqa: F
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tiny_models, tmp_path, capsys, argv, words):  # noqa: F811
     base = ["--model", str(tiny_models["llama"]), "--pairs", "a/b", "--configs", "count", "--seeds", "0",
             "--counts", "0:2", "--L", "8", "--quiet"]
-    code, _, err = run_cli(capsys, "capture", *base, *argv, "--out", str(tmp_path / "out"))
+    code, _, err = run_countlens(capsys, "llm", "capture", *base, *argv, "--out", str(tmp_path / "out"))
     assert_one_line_error(code, err, *words)
     assert not (tmp_path / "out").exists()
 
@@ -66,10 +66,10 @@ def test_model_without_chat_template_needs_template_plain(tiny_models, tmp_path,
     config = json.loads((bare / "tokenizer_config.json").read_text())
     config.pop("chat_template", None)
     (bare / "tokenizer_config.json").write_text(json.dumps(config))
-    code, _, err = run_cli(capsys, "capture", "--model", str(bare), *SMALL, "--out", str(tmp_path / "o"))
+    code, _, err = run_countlens(capsys, "llm", "capture", "--model", str(bare), *SMALL, "--out", str(tmp_path / "o"))
     assert_one_line_error(code, err, "--template plain")
     assert not (tmp_path / "o").exists()
-    code, _, _ = run_cli(capsys, "capture", "--model", str(bare), *SMALL, "--template", "plain",
+    code, _, _ = run_countlens(capsys, "llm", "capture", "--model", str(bare), *SMALL, "--template", "plain",
                          "--out", str(tmp_path / "o"))
     meta = read_meta(tmp_path / "o")
     assert code == 0 and meta["settings"]["template"] == "plain" and meta["boundary"]["text"] == ":"
@@ -81,11 +81,11 @@ def test_other_settings_refused_and_corrupted_shard_recomputed(tiny_models, tmp_
     out = tmp_path / "cap"
     argv = ["capture", "--model", model, "--L", "40", "--counts", "0:40", "--pairs", "a/b,x/o,cat/dog",
             "--configs", "count,tally", "--seeds", "0", "--batch-size", "32", "--quiet", "--out", str(out)]
-    assert run_cli(capsys, *argv)[0] == 0  # 246 prompts in one shard
+    assert run_countlens(capsys, "llm", *argv)[0] == 0  # 246 prompts in one shard
     reference, prompts = sorted_acts(out)
     shards = sorted((out / "shards").iterdir())
     meta_before = (out / "meta.json").read_text()
-    code, _, err = run_cli(capsys, *[a if a != "0:40" else "0:39" for a in argv])
+    code, _, err = run_countlens(capsys, "llm", *[a if a != "0:40" else "0:39" for a in argv])
     assert_one_line_error(code, err, "other settings", "--out")
     assert (out / "meta.json").read_text() == meta_before
     # corrupt the arrow data of the first shard: loading reports it, a rerun recomputes it
@@ -93,7 +93,7 @@ def test_other_settings_refused_and_corrupted_shard_recomputed(tiny_models, tmp_
     arrow.write_bytes(b"not an arrow file" * 10)
     with pytest.raises(UsageError, match="rerun"):
         load_capture(out)
-    assert run_cli(capsys, *argv)[0] == 0
+    assert run_countlens(capsys, "llm", *argv)[0] == 0
     again, prompts_again = sorted_acts(out)
     assert prompts_again == prompts
     np.testing.assert_allclose(again, reference, atol=1e-6, rtol=0)
@@ -106,7 +106,7 @@ def test_resume_after_kill_9_loses_nothing(tiny_models, tmp_path):  # noqa: F811
             "count,how-many", "--seeds", "0", "--shard-rows", "16", "--quiet"]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     killed = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "countlens.cli", "llm", "capture", *argv, "--batch-size", "1", "--out", str(killed)]
+    cmd = [sys.executable, "-m", "countlens.pipeline.cli", "llm", "capture", *argv, "--batch-size", "1", "--out", str(killed)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     first = killed / "shards" / "00000"
     deadline = time.monotonic() + 240
@@ -131,9 +131,9 @@ def test_resume_after_kill_9_loses_nothing(tiny_models, tmp_path):  # noqa: F811
 
 
 def test_pairs_command_lists_single_token_pairs(tiny_models, capsys):  # noqa: F811
-    code, text, _ = run_cli(capsys, "pairs", "--model", str(tiny_models["llama"]), "--candidates",
+    code, text, _ = run_countlens(capsys, "llm", "pairs", "--model", str(tiny_models["llama"]), "--candidates",
                             "a/b,cat/elephantine,red/blue")
     lines = text.strip().splitlines()
     assert code == 0 and lines[:2] == ["a/b", "red/blue"] and "2 of 3 candidate pairs" in lines[-1]
-    code, _, err = run_cli(capsys, "pairs", "--model", str(tiny_models["llama"]), "--candidates", "a-b")
+    code, _, err = run_countlens(capsys, "llm", "pairs", "--model", str(tiny_models["llama"]), "--candidates", "a-b")
     assert_one_line_error(code, err, "--candidates")

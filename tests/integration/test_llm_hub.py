@@ -25,7 +25,7 @@ COMMITS = ("a" * 40, "b" * 40)
 SMALL = ["--L", "8", "--counts", "0,3,8", "--pairs", "a/b", "--configs", "count", "--seeds", "0", "--quiet"]
 RUNNER = """
 import json, sys
-from countlens.cli import main
+from countlens.pipeline.cli import main
 results = []
 for argv in json.loads(sys.argv[1]):
     code = main(argv)

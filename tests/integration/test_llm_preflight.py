@@ -10,8 +10,8 @@ import sys
 import pytest
 from transformers import AutoTokenizer
 
-from countlens.cli import main
 from countlens.llm.experiments import CaptureConfig, preflight_capture
+from countlens.pipeline.cli import main
 from tests.helpers.llm_fixtures import family_model, smollm2_tokenizer  # noqa: F401
 
 SMALL = ["--L", "12", "--counts", "0:12", "--pairs", "a/b", "--configs", "count", "--seeds", "0", "--quiet"]

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-from countlens.cli import main
 from countlens.llm import acts_array, capture_meta, load_capture
 from countlens.llm.capture import BoundaryCapture, pad_batch
 from countlens.llm.models import load_model
 from countlens.llm.prompts import PromptSettings, build_prompts
+from countlens.pipeline.cli import main
 
 pytestmark = [
     pytest.mark.slow,

@@ -14,10 +14,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from countlens.cli import main
 from countlens.llm import acts_array, capture_meta, load_capture
 from countlens.llm.experiments import CaptureConfig, plan_capture
 from countlens.llm.prompts import DEFAULT_PAIRS, PromptSettings, build_prompts
+from countlens.pipeline.cli import main
 from tests.helpers.hidden_states import assert_matches_reference
 from tests.helpers.llm_fixtures import family_model, smollm2_tokenizer  # noqa: F401
 from tests.helpers.model_families import BY_NAME, FAMILIES, LLAMA3, Family

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from sklearn.linear_model import Ridge
 
-from countlens.cli import main
+from countlens.core.store import ActivationWriter, features
+from countlens.pipeline.cli import main
 from countlens.probes.experiments import split_rows
 from countlens.probes.metrics import rounded_accuracy
-from countlens.store import ActivationWriter, features
 from countlens.toy.model import ToyConfig, init_params
 
 NAMES = ["embed", "blocks.0.hook_resid_post", "blocks.1.hook_resid_post"]

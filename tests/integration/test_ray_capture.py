@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from countlens.cli import main
-from countlens.io import read_json, write_json_atomic
-from countlens.store import COLUMNS, SHARDS, load_capture, read_meta
+from countlens.core.io import read_json, write_json_atomic
+from countlens.core.store import COLUMNS, SHARDS, load_capture, read_meta
+from countlens.pipeline.cli import main
 from tests.helpers.llm_fixtures import smollm2_tokenizer, tiny_models  # noqa: F401
 
 ray = pytest.importorskip("ray")

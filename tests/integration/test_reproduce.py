@@ -9,9 +9,9 @@ import subprocess
 
 import pytest
 
-from countlens.cli import main
-from countlens.errors import UsageError
-from countlens.reproduce import PRESETS, Stage, build_stages, run_stage
+from countlens.core.errors import UsageError
+from countlens.pipeline.cli import main
+from countlens.pipeline.reproduce import PRESETS, Stage, build_stages, run_stage
 from tests.helpers.report_checks import check_report
 
 PNG = b"\x89PNG\r\n\x1a\n"

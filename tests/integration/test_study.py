@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 
-from countlens.cli import main
-from countlens.study import CACHE_DIR, MODELS_DIR
+from countlens.pipeline.cli import main
+from countlens.pipeline.study import CACHE_DIR, MODELS_DIR
 from tests.helpers.captures import PNG
 from tests.helpers.llm_fixtures import smollm2_tokenizer, tiny_models  # noqa: F401
 

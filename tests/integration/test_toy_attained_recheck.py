@@ -2,7 +2,7 @@
 
 import json
 
-from countlens.cli import main
+from countlens.pipeline.cli import main
 
 
 def test_attained_parameters_recheck_with_toy_check(tmp_path):

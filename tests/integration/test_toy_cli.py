@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from countlens.cache import ResultCache
-from countlens.cli import main
+from countlens.core.cache import ResultCache
+from countlens.pipeline.cli import main
 from countlens.toy.experiments import l_max_cache_key
 
 

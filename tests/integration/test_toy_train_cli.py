@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from countlens.cli import main
+from countlens.pipeline.cli import main
 from countlens.toy.check import full_domain_check
 from countlens.toy.experiments import Table3Config, attained_column
 from countlens.toy.figures import plot_figure2, plot_figure3, plot_figure4

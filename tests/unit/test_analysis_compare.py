@@ -4,7 +4,7 @@ import numpy as np
 
 from countlens.analysis.compare import probe_norm_needed
 from countlens.analysis.experiments import CompareResult
-from countlens.analysis.html_report import format_value, lookup
+from countlens.core.report import format_value, lookup
 from countlens.probes.splits import split_rows
 
 

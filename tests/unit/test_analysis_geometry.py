@@ -7,7 +7,7 @@ from sklearn.decomposition import PCA
 
 from countlens.analysis import geometry as g
 from countlens.analysis.layerwise import centroids_from_arrays, compute_geometry
-from countlens.errors import UsageError
+from countlens.core.errors import UsageError
 
 
 def erank_direct(X):

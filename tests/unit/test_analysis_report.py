@@ -2,9 +2,9 @@
 
 import re
 
-from countlens.analysis.html_report import render_index
-from countlens.io import write_json_atomic
-from countlens.reproduce import build_stages
+from countlens.pipeline.report import render_index
+from countlens.core.io import write_json_atomic
+from countlens.pipeline.reproduce import build_stages
 from tests.helpers.report_checks import check_report
 
 

@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from countlens.args import parse_int_list
-from countlens.cli import main
-from countlens.errors import UsageError
-from countlens.io import read_json, write_json_atomic
+from countlens.core.args import parse_int_list
+from countlens.core.errors import UsageError
+from countlens.core.io import read_json, write_json_atomic
+from countlens.pipeline.cli import main
 
 
 def test_json_is_strict_and_atomic(tmp_path):

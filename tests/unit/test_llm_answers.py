@@ -96,8 +96,8 @@ def test_logprob_equals_direct_computation(tiny_models, settings, arch):  # noqa
 
 
 def test_capture_with_answers_stores_the_same_answers_and_vectors(tiny_model_dir, tmp_path):  # noqa: F811
+    from countlens.core.store import acts_array, load_capture
     from countlens.llm.experiments import CaptureConfig, run_capture
-    from countlens.store import acts_array, load_capture
 
     base = dict(model=str(tiny_model_dir), L=20, counts=[0, 3, 12, 20], pairs=[["a", "b"]], configs=["count"],
                 seeds=[0], batch_size=3)
@@ -121,7 +121,7 @@ def test_capture_with_answers_stores_the_same_answers_and_vectors(tiny_model_dir
 def test_answers_refused_without_a_generation_prompt(tiny_model_dir, tmp_path):  # noqa: F811
     import shutil
 
-    from countlens.errors import UsageError
+    from countlens.core.errors import UsageError
     from countlens.llm.experiments import CaptureConfig, run_capture
 
     model = tmp_path / "no-generation-prompt"
@@ -136,8 +136,8 @@ def test_answers_refused_without_a_generation_prompt(tiny_model_dir, tmp_path): 
 
 
 def test_random_init_capture_is_seeded_and_differs_from_the_model(tiny_model_dir, tmp_path):  # noqa: F811
+    from countlens.core.store import acts_array, load_capture
     from countlens.llm.experiments import CaptureConfig, run_capture
-    from countlens.store import acts_array, load_capture
 
     base = dict(model=str(tiny_model_dir), L=10, counts=[1, 5], pairs=[["a", "b"]], configs=["count"], seeds=[0])
     runs = {name: run_capture(CaptureConfig(**base, **extra), tmp_path / name, progress=False)
@@ -151,7 +151,7 @@ def test_random_init_capture_is_seeded_and_differs_from_the_model(tiny_model_dir
 
 def test_a_long_parsed_answer_is_stored_whole(tmp_path):
     """Regression: SmolLM2 answered "1111111111111" in `make demo`, which the int32 answer column refused."""
-    from countlens.store import ActivationWriter, column, load_capture
+    from countlens.core.store import ActivationWriter, column, load_capture
 
     writer = ActivationWriter(tmp_path / "cap", {"locations": ["embed"], "d": 2, "settings": {}})
     texts = ["1111111111111", "7", "no idea"]

@@ -6,8 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from countlens.errors import UsageError
-from countlens.io import write_json_atomic
+from countlens.core.errors import UsageError
+from countlens.core.io import write_json_atomic
+from countlens.core.store import read_meta
 from countlens.llm.experiments import (
     CaptureConfig,
     PatchingConfig,
@@ -20,7 +21,6 @@ from countlens.llm.experiments import (
     run_steering,
 )
 from countlens.llm.figures import draw_patching, draw_steering
-from countlens.store import read_meta
 from tests.helpers.llm_fixtures import smollm2_tokenizer, tiny_model_dir, tiny_models  # noqa: F401
 
 

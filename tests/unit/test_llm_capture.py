@@ -7,12 +7,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from countlens.core.locations import location_names
 from countlens.llm import acts_array, capture_meta, load_capture
 from countlens.llm.capture import BoundaryCapture, find_blocks, pad_batch
 from countlens.llm.experiments import CaptureConfig, run_capture
 from countlens.llm.models import load_model
 from countlens.llm.prompts import PromptSettings, build_prompts
-from countlens.locations import location_names
 from tests.helpers.hidden_states import ATOL, assert_matches_reference
 from tests.helpers.llm_fixtures import smollm2_tokenizer, tiny_models  # noqa: F401
 

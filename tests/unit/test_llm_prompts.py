@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
-from countlens.errors import UsageError
+from countlens.core.errors import UsageError
 from countlens.llm.cli import parse_counts
 from countlens.llm.prompts import (
     PromptSettings,

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from sklearn.linear_model import Ridge
 
-from countlens.errors import UsageError
+from countlens.core.errors import UsageError
 from countlens.probes.experiments import (
     ProbeConfig,
     ProbeData,

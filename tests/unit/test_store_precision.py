@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from countlens.store import ActivationWriter, acts_array, load_capture
+from countlens.core.store import ActivationWriter, acts_array, load_capture
 
 
 def test_float64_capture_keeps_float64_precision(tmp_path):

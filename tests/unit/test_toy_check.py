@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from countlens.errors import UsageError
+from countlens.core.errors import UsageError
 from countlens.toy.check import full_domain_check, n_pairs, reduced_form
 from countlens.toy.model import DTYPE, VARIANTS, ToyConfig, count_error, full_domain, init_params
 from tests.helpers.toy_reference import random_params  # random LN gain/bias and biases too

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from countlens.errors import UsageError
+from countlens.core.errors import UsageError
 from countlens.toy import model
 from countlens.toy.check import full_domain_check
 from countlens.toy.classification import (

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from countlens.errors import UsageError
+from countlens.core.errors import UsageError
 from countlens.toy.check import full_domain_check
 from countlens.toy.constructions import (
     arc_shape,

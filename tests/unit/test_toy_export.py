@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from countlens.errors import UsageError
+from countlens.core.errors import UsageError
+from countlens.core.store import capture_meta, load_capture
 from countlens.probes.experiments import load_probe_data
-from countlens.store import capture_meta, load_capture
 from countlens.toy.export import export_toy_activations, toy_params_from_json
 from countlens.toy.model import ToyConfig, init_params, layer_norm
 

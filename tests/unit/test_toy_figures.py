@@ -9,7 +9,7 @@ import argparse  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from countlens.args import OneLineParser  # noqa: E402
+from countlens.core.args import OneLineParser  # noqa: E402
 from countlens.toy import cli  # noqa: E402
 from countlens.toy.figures import figure4_caption, plot_figure2, plot_figure3, plot_figure4  # noqa: E402
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from countlens.errors import UsageError
+from countlens.core.errors import UsageError
 from countlens.toy.model import (
     DTYPE,
     VARIANTS,

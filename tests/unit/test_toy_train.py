@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from countlens.errors import UsageError
+from countlens.core.errors import UsageError
 from countlens.toy import model
 from countlens.toy.domain_loss import PairSet, loss_and_grad
 from countlens.toy.model import ToyConfig
@@ -255,7 +255,7 @@ def test_attained_climbs_reuse_only_runs_their_cap_never_touched():
 
 
 def test_torch_threads_sets_and_restores_the_count():
-    from countlens.threads import torch_threads
+    from countlens.core.threads import torch_threads
 
     before = torch.get_num_threads()
     with torch_threads(1):
@@ -266,7 +266,7 @@ def test_torch_threads_sets_and_restores_the_count():
 
 
 def test_attained_columns_in_two_processes_equal_one():
-    from countlens.cache import ResultCache
+    from countlens.core.cache import ResultCache
     from countlens.toy.experiments import Table3Config, attained_columns
 
     c = Table3Config(d=4, B=(3.0,), attained=True, attained_grid=(4, 8), attained_seeds=(0,), attained_steps=20,

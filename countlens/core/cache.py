@@ -15,8 +15,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from countlens.errors import UsageError
-from countlens.io import config_digest, read_json, to_jsonable, write_json_atomic
+from countlens.core.errors import UsageError
+from countlens.core.io import config_digest, read_json, to_jsonable, write_json_atomic
 
 
 def refuse_other_settings(folder: str | os.PathLike, what: str, recorded: Any, wanted: Any,

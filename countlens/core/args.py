@@ -1,19 +1,26 @@
-"""What every room's command line shares: the one-line-error parser, the help formatter, and the parsers
-for lists, ranges and count windows.
+"""What every room's command line shares: the one-line-error parser, the help formatter, the parsers for
+lists, ranges and count windows, and :func:`flag_for`, which words a config field as a command's own flag.
 
-These turn text into values and raise :class:`~countlens.errors.UsageError` naming the flag; the
-numerics never see a flag name.
+These turn text into values and raise :class:`~countlens.core.errors.UsageError` naming the flag; the
+numerics never see a flag name: they raise :class:`~countlens.core.errors.ConfigError` naming the config
+field, and the dispatcher words it with the flag of the command that ran (:func:`cli_message`).
 """
 
 from __future__ import annotations
 
 import argparse
 
-from countlens.errors import EXIT_USAGE, UsageError
+from countlens.core.errors import EXIT_USAGE, ConfigError, UsageError
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line naming the fix, with exit status 2."""
+    """An ArgumentParser whose errors are one line naming the fix, with exit status 2. Every parser records
+    itself as ``args._parser``; the deepest subcommand's wins, so the dispatcher knows the flags of the
+    command that ran (:func:`cli_message`)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.set_defaults(_parser=self)
 
     def error(self, message: str) -> None:  # noqa: D401 - argparse API
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -81,16 +88,33 @@ def positive_int(text: str) -> int:
     return value
 
 
-def reword(exc: UsageError, names: dict[str, str]) -> UsageError:
-    """Reword a numerics error in CLI terms: each config field name in ``names`` becomes its flag
-    (``{"L": "--L"}`` turns ``L must be >= 1`` into ``--L must be >= 1``)."""
+def flag_for(parser: argparse.ArgumentParser | None, field: str) -> str | None:
+    """The option of ``parser`` that sets the config field ``field`` (an option whose ``dest`` is the
+    field; its long form), or ``None`` when the command has none."""
+    if parser is None:
+        return None
+    for action in parser._actions:
+        if action.dest == field and action.option_strings:
+            return max(action.option_strings, key=len)
+    return None
+
+
+def cli_message(exc: UsageError, parser: argparse.ArgumentParser | None) -> str:
+    """A usage error as the command line shows it: a :class:`ConfigError`'s fields named by the flags of
+    ``parser`` that set them (the field itself where the command has no such flag)."""
+    if isinstance(exc, ConfigError):
+        return exc.render(lambda field: flag_for(parser, field))
+    return str(exc)
+
+
+__all__ = ["OneLineParser", "HelpFormatter", "parse_float_list", "parse_int_list", "parse_window",
+           "positive_int", "flag_for", "cli_message"]
+
+
+def reword(exc: UsageError, names: dict[str, str]) -> UsageError:  # removed once every room raises ConfigError
     import re
 
     text = str(exc)
     for field, flag in sorted(names.items(), key=lambda kv: -len(kv[0])):
         text = re.sub(rf"(?<![\w-]){re.escape(field)}(?![\w])", flag, text)
     return UsageError(text)
-
-
-__all__ = ["OneLineParser", "HelpFormatter", "parse_float_list", "parse_int_list", "parse_window",
-           "positive_int", "reword"]

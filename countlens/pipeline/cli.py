@@ -1,7 +1,7 @@
 """The countlens command: one entry point, one subcommand per area, and the pipeline.
 
 Each area registers its own subcommands (``register(subparsers)`` in ``countlens.<area>.cli``); this module
-adds ``reproduce`` (:mod:`countlens.reproduce`), parses, dispatches, and turns bad input into a one-line
+adds ``reproduce`` (:mod:`countlens.pipeline.reproduce`), parses, dispatches, and turns bad input into a one-line
 error with exit status 2.
 """
 
@@ -12,8 +12,8 @@ import importlib
 import sys
 from pathlib import Path
 
-from countlens.args import HelpFormatter, OneLineParser
-from countlens.errors import EXIT_USAGE, UsageError
+from countlens.core.args import HelpFormatter, OneLineParser, cli_message
+from countlens.core.errors import EXIT_USAGE, UsageError
 
 DESCRIPTION = """How a transformer represents a count, and what that costs in parameter norm.
 
@@ -33,12 +33,12 @@ _AREAS = {
     "probe": "countlens.probes.cli",
     "geometry": "countlens.analysis.cli",
     "compare": "countlens.analysis.cli",
-    "study": "countlens.study",
+    "study": "countlens.pipeline.study",
 }
 
 
 class Parser(OneLineParser):
-    """The parser of every countlens command: one-line errors, and :class:`~countlens.args.HelpFormatter`
+    """The parser of every countlens command: one-line errors, and :class:`~countlens.core.args.HelpFormatter`
     (defaults shown, description line breaks kept) unless a command asks for another formatter. Subcommand
     parsers inherit the class."""
 
@@ -70,7 +70,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 def register_reproduce(subparsers) -> None:
     from countlens.llm.experiments import CaptureConfig
-    from countlens.reproduce import PRESETS, stage_titles
+    from countlens.pipeline.reproduce import PRESETS, stage_titles
 
     names = stage_titles()
     width = max(len(n) for n in names)
@@ -105,7 +105,7 @@ def register_reproduce(subparsers) -> None:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from countlens.reproduce import reproduce
+    from countlens.pipeline.reproduce import reproduce
 
     preset = "full" if args.full else args.preset or "quick"
     capture = {"model": args.model, "gguf_file": args.gguf_file, "device": args.device, "dtype": args.dtype,
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = args.func(args)
     except UsageError as exc:
-        print(f"countlens: error: {exc}", file=sys.stderr)
+        print(f"countlens: error: {cli_message(exc, getattr(args, '_parser', None))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("countlens: interrupted; finished results are kept, rerun the same command to resume",

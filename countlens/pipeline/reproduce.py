@@ -8,11 +8,11 @@ paper's sizes) and ``test`` (tiny, for the test suite) are one table of configs,
 A finished stage leaves ``OUT/<stage>/stage.json`` (its config, the call that reruns it, wall and CPU time,
 files); a rerun reuses it, so an interrupted ``reproduce`` only does what is missing, and a stage finished
 with another config (another preset or model) is refused rather than mixed in. Inside a stage, long
-experiments keep their finished parts in a :class:`~countlens.cache.ResultCache` (``OUT/<stage>/.cache``,
+experiments keep their finished parts in a :class:`~countlens.core.cache.ResultCache` (``OUT/<stage>/.cache``,
 removed once the stage is done). A failing stage is reported by name, the stages that need it are skipped,
 the others still run, and the report shows what exists.
 
-``OUT/index.html`` (:mod:`countlens.analysis.html_report`) shows every figure and table with the configs
+``OUT/index.html`` (:mod:`countlens.pipeline.report`) shows every figure and table with the configs
 and package versions that made them; every number on it is read from the JSON file beside it.
 """
 
@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from countlens.analysis import html_report as page
 from countlens.analysis.experiments import (
     CompareConfig,
     CompareResult,
@@ -38,10 +37,12 @@ from countlens.analysis.experiments import (
     run_compare,
     run_geometry,
 )
-from countlens.analysis.figures import draw_compare, draw_geometry
-from countlens.cache import ResultCache, refuse_other_settings
-from countlens.errors import UsageError
-from countlens.io import provenance, read_json, to_jsonable, write_json_atomic, write_text_atomic
+from countlens.analysis.figures import compare_view, draw_compare, draw_geometry, geometry_view
+from countlens.core.cache import ResultCache, refuse_other_settings
+from countlens.core.errors import UsageError
+from countlens.core.io import provenance, read_json, to_jsonable, write_json_atomic, write_text_atomic
+from countlens.core.report import REPORT_FILE, STAGE_FILE
+from countlens.core.threads import TOY_THREADS, torch_threads
 from countlens.llm.experiments import (
     CaptureConfig,
     PatchingConfig,
@@ -53,7 +54,8 @@ from countlens.llm.experiments import (
     run_patching,
     run_steering,
 )
-from countlens.llm.figures import draw_patching, draw_steering
+from countlens.llm.figures import draw_patching, draw_steering, patching_view, steering_view
+from countlens.pipeline.report import write_index
 from countlens.probes.experiments import (
     ProbeConfig,
     ProbeResult,
@@ -62,8 +64,7 @@ from countlens.probes.experiments import (
     run_probes,
     run_sweep,
 )
-from countlens.probes.figures import draw_probes, draw_sweep
-from countlens.threads import TOY_THREADS, torch_threads
+from countlens.probes.figures import draw_probes, draw_sweep, probe_view, sweep_view
 from countlens.toy.budget import TABLE3_VARIANTS
 from countlens.toy.experiments import (
     ConstructConfig,
@@ -92,9 +93,21 @@ from countlens.toy.experiments import (
     run_table2,
     run_table3,
 )
-from countlens.toy.figures import draw_figure1, draw_figure2, draw_figure3, draw_figure4
+from countlens.toy.figures import (
+    draw_figure1,
+    draw_figure2,
+    draw_figure3,
+    draw_figure4,
+    figure1_view,
+    figure2_view,
+    figure3_view,
+    figure4_view,
+    lcap_view,
+    rates_view,
+    table2_view,
+    table3_view,
+)
 
-STAGE_FILE, REPORT_FILE = page.STAGE_FILE, page.REPORT_FILE  # the page reads what the pipeline writes
 CACHE_FOLDER = ".cache"
 ACTS = "acts"  # the capture's activation folder inside its stage folder
 COMPARE_VARIANTS = ("linear", "softmax", "softmax-postln-bare", "softmax-postln-learned")
@@ -348,48 +361,48 @@ def build_stages(out: Path, preset: str, capture: dict[str, Any] | None = None) 
     toy = {"inputs": {"progress": True}, "cache": True, "save_to_file": True, **one}
     return [
         Stage("toy-rates", "Table 1: B_min rates", p["toy-rates"], run_rates, ("rates.json",), inputs={"progress": True},
-              save_to_file=True, result_type=RatesResult, **one, view=page.rates_view),
+              save_to_file=True, result_type=RatesResult, **one, view=rates_view),
         Stage("toy-lcap", "Table 1: L_cap of bare pre-LN", p["toy-lcap"], run_lcap, ("lcap.json",),
-              inputs={"progress": True}, save_to_file=True, result_type=LcapResult, view=page.lcap_view, **one),
+              inputs={"progress": True}, save_to_file=True, result_type=LcapResult, view=lcap_view, **one),
         Stage("toy-table2", "Table 2: trained softmax", p["toy-table2"], run_table2, ("table2.json",), **toy,
-              result_type=Table2Result, view=page.table2_view, options={"workers": toy_workers(table2_runs)}),
+              result_type=Table2Result, view=table2_view, options={"workers": toy_workers(table2_runs)}),
         Stage("toy-table3", "Table 3: capacity under a cap", p["toy-table3"], run_table3, ("table3.json",), **toy,
-              result_type=Table3Result, view=page.table3_view, options={"workers": toy_workers(len(TABLE3_VARIANTS))}),
+              result_type=Table3Result, view=table3_view, options={"workers": toy_workers(len(TABLE3_VARIANTS))}),
         Stage("toy-figure1", "Figure 1", p["toy-figure1"], run_figure1, ("figure1.json", "figure1.png"),
               draw_figure1, inputs={"progress": True}, save_to_file=True, result_type=Figure1Result,
-              view=page.figure1_view, **one),
+              view=figure1_view, **one),
         # Panel (d) of Figure 2 is Table 3's attained column: reuse it rather than train again.
         Stage("toy-figure2", "Figure 2", dataclasses.replace(p["toy-figure2"], table3=str(table3)), run_figure2,
               ("figure2.json", "figure2.png"), draw_figure2, ["toy-table3"], **toy, result_type=Figure2Result,
-              view=page.figure2_view),
+              view=figure2_view),
         Stage("toy-figure3", "Figure 3", p["toy-figure3"], run_figure3, ("figure3.json", "figure3.png"),
-              draw_figure3, **toy, result_type=DynamicsResult, view=page.figure3_view),
+              draw_figure3, **toy, result_type=DynamicsResult, view=figure3_view),
         Stage("toy-figure4", "Figure 4", p["toy-figure4"], run_figure4, ("figure4.json", "figure4.png"),
-              draw_figure4, **toy, result_type=DynamicsResult, view=page.figure4_view),
+              draw_figure4, **toy, result_type=DynamicsResult, view=figure4_view),
         Stage("toy-construct", "Toy constructions for the comparison", constructs, run_constructions,
               tuple(f"{c.variant}.json" for c in constructs), inputs={"folder": out / "toy-construct"}, **one),
         Stage("capture", "Capture: assistant-boundary residual stream", capture_config, run_capture,
               (f"{ACTS}/meta.json",), inputs={"out": acts}),
         Stage("geometry", "Figures 5 and 6: layerwise geometry", GeometryConfig(acts=str(acts), **p["geometry"]),
               run_geometry, ("geometry.json", "figure5.png", "figure6.png"), draw_geometry, ["capture"],
-              result_type=GeometryResult, view=page.geometry_view),
+              result_type=GeometryResult, view=geometry_view),
         Stage("probe", "Figure 7: ridge probes per location", ProbeConfig(acts=str(acts), **p["probe"]), run_probes,
               ("probes.json", "fig7_binned_accuracy.png"), draw_probes, ["capture"],
               inputs={"resume_dir": out / "probe" / CACHE_FOLDER, "progress": True}, result_type=ProbeResult,
-              view=page.probe_view),
+              view=probe_view),
         Stage("probe-sweep", "Figure 8: regularisation–norm sweep", SweepConfig(acts=str(acts), **p["probe-sweep"]),
               run_sweep, ("sweep.json", "fig8_norm_sweep.png"), draw_sweep, ["capture"], result_type=SweepResult,
-              view=page.sweep_view),
+              view=sweep_view),
         Stage("compare", "Toy vs LLM",
               CompareConfig(toy=(str(out / "toy-construct"),), acts=str(acts), toy_L=constructs[0].L, **p["compare"]),
               run_compare, ("compare.json", "compare.png"), draw_compare, ["capture", "toy-construct"],
-              inputs={"work_dir": out / "compare"}, result_type=CompareResult, view=page.compare_view),
+              inputs={"work_dir": out / "compare"}, result_type=CompareResult, view=compare_view),
         Stage("patching", "Figure 9a: boundary activation patching", patching, run_patching,
               ("patching.json", "fig9a_patching.png"), draw_patching, save_to_file=True, result_type=PatchingResult,
-              view=page.patching_view),
+              view=patching_view),
         Stage("steering", "Figure 9b: steering along the probe", steering, run_steering,
               ("steering.json", "fig9b_steering.png"), draw_steering, ["capture", "probe"], save_to_file=True,
-              result_type=SteeringResult, view=page.steering_view),
+              result_type=SteeringResult, view=steering_view),
     ]
 
 
@@ -421,5 +434,5 @@ def reproduce(out: Path, preset: str, capture: dict[str, Any] | None = None, onl
                                   "sizes": {s.name: to_jsonable(s.config) for s in stages}}),
     }
     write_json_atomic(out / REPORT_FILE, summary)
-    page.write_index(out, stages)
+    write_index(out, stages)
     return summary

@@ -26,15 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from countlens.analysis.experiments import CompareResult, GeometryResult
-from countlens.args import HelpFormatter
-from countlens.cache import ResultCache
-from countlens.errors import UsageError
-from countlens.io import provenance, read_json, write_csv_atomic, write_json_atomic, write_text_atomic
+from countlens.core.args import HelpFormatter
+from countlens.core.cache import ResultCache
+from countlens.core.errors import UsageError
+from countlens.core.io import provenance, read_json, write_csv_atomic, write_json_atomic, write_text_atomic
+from countlens.core.locations import location_label
+from countlens.core.store import ANSWER_COLUMNS, column, load_capture, read_meta
 from countlens.llm.experiments import preflight_capture
-from countlens.locations import location_label
+from countlens.pipeline.reproduce import ACTS, PRESETS, reproduce
 from countlens.probes.experiments import ProbeResult
-from countlens.reproduce import ACTS, PRESETS, reproduce
-from countlens.store import ANSWER_COLUMNS, column, load_capture, read_meta
 
 STUDY_FILE = "study.json"
 TABLE_FILE = "study.csv"
@@ -83,7 +83,7 @@ def block_positions(n_blocks: int) -> dict[str, int]:
 @dataclass
 class StudyConfig:
     """``countlens study``: ``models`` (specs as for ``llm capture --model``), the size ``preset`` of
-    :data:`countlens.reproduce.PRESETS` every model runs at, and ``capture`` — fields of the preset's
+    :data:`countlens.pipeline.reproduce.PRESETS` every model runs at, and ``capture`` — fields of the preset's
     :class:`~countlens.llm.experiments.CaptureConfig` set for every model (``device``, ``dtype``,
     ``batch_size``, ``template``, ...); ``patching`` adds Figure 9's patching and steering to every model's
     report."""
@@ -203,7 +203,7 @@ def plot_study(result: StudyResult):
 
 def draw_study(result: StudyResult, folder: str | Path) -> list[Path]:
     """Save :func:`plot_study` as ``study.png`` and ``study.pdf`` in ``folder``."""
-    from countlens.io import save_figure
+    from countlens.core.io import save_figure
 
     return save_figure(plot_study(result), Path(folder) / FIGURE_STEM)
 
@@ -269,7 +269,7 @@ def preflight_model(out: str | Path, job: dict[str, Any]) -> None:
 
 
 def run_study_model(job: dict[str, Any], out: str | Path, device: str | None = None) -> dict[str, Any]:
-    """One model's pipeline (its stages of :func:`countlens.reproduce.reproduce`, so its own report and
+    """One model's pipeline (its stages of :func:`countlens.pipeline.reproduce.reproduce`, so its own report and
     its per-stage resume) into ``OUT/models/<name>/``; returns its :class:`ModelSummary` as a dict.
     ``device`` overrides the job's (a Ray task's own GPU). :class:`UsageError` names the model and the
     first stage that did not finish."""
@@ -432,7 +432,7 @@ def register(subparsers) -> None:
 
 
 def cmd_study(args) -> int:
-    from countlens.args import reword
+    from countlens.core.args import reword
     from countlens.llm.experiments import FLAGS
 
     capture = {"device": args.device, "dtype": args.dtype, "batch_size": args.batch_size, "template": args.template}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from countlens.errors import UsageError
+from countlens.core.errors import UsageError
 
 EMBED = "embed"
 _BLOCK = re.compile(r"^blocks\.(\d+)\.(hook_[a-z_]+)$")

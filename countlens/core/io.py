@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from countlens.errors import UsageError
+from countlens.core.errors import UsageError
 
 _VERSIONED = ("countlens", "numpy", "scipy", "torch", "transformers", "datasets", "scikit-learn",
               "transformer-lens", "matplotlib")

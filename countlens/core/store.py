@@ -36,9 +36,9 @@ from typing import Any
 
 import numpy as np
 
-from countlens.cache import refuse_other_settings
-from countlens.errors import UsageError
-from countlens.io import read_json, write_json_atomic
+from countlens.core.cache import refuse_other_settings
+from countlens.core.errors import UsageError
+from countlens.core.io import read_json, write_json_atomic
 
 META = "meta.json"
 SHARDS = "shards"
