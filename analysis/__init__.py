@@ -1,11 +1,11 @@
-"""Count geometry (docs/definitions.md §2), the toy-vs-LLM comparison, and the one-command report.
+"""Count geometry (docs/definitions.md §2) and the toy-vs-LLM comparison.
 
 Numerics (numpy only): ``effective_rank``, ``gap_ratio``, ``erank_ratio``, ``count_centroids``,
 ``adjacent_gaps``, ``pca_2d``, ``endpoint_angle`` (:mod:`countlens.analysis.geometry`), the centroid sets
 and Figure 5/6 computation (:mod:`countlens.analysis.layerwise`) and the comparison's metrics
 (:mod:`countlens.analysis.compare`). Experiments: :class:`GeometryConfig` → :func:`run_geometry` →
 :class:`GeometryResult` (Figures 5 and 6) and :class:`CompareConfig` → :func:`run_compare` →
-:class:`CompareResult` (toy vs LLM), in :mod:`countlens.analysis.experiments`; figures in
+:class:`CompareResult` (toy vs LLM), in :mod:`countlens.analysis.experiments`; figures and report views in
 :mod:`countlens.analysis.figures` (imports matplotlib).
 """
 

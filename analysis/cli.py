@@ -1,15 +1,11 @@
-"""``countlens geometry``, ``countlens compare`` and ``countlens reproduce``: parse → config → run → write."""
+"""``countlens geometry`` and ``countlens compare``: parse → config → run → save → draw."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from countlens.core.args import HelpFormatter, parse_window, reword
-from countlens.core.errors import UsageError
-
-_FLAGS = {"low": "--low", "high": "--high", "pca_counts": "--pca-counts", "arc_counts": "--arc-counts",
-          "toy_L": "--toy-L", "toy": "--toy", "locations": "--locations", "pca_locations": "--pca-locations"}
+from countlens.core.args import HelpFormatter, parse_window
 
 
 def _window_text(window: tuple[int, int]) -> str:
@@ -21,11 +17,12 @@ def _add_window_args(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--low", default=_window_text(LOW_WINDOW), help="low count window, inclusive")
     p.add_argument("--high", default=_window_text(HIGH_WINDOW), help="high count window, inclusive")
-    p.add_argument("--pca-counts", default=_window_text(PCA_COUNTS), help="counts whose centroids enter the PCA")
+    p.add_argument("--pca-counts", default=None,
+                   help="counts whose centroids enter the PCA (default: "
+                        f"{_window_text(PCA_COUNTS)} within the counts the data holds)")
 
 
 def register(subparsers) -> None:
-    from countlens.analysis.experiments import CompareConfig
     from countlens.analysis.geometry import ARC_COUNTS
 
     p = subparsers.add_parser(
@@ -56,36 +53,33 @@ def register(subparsers) -> None:
     p.add_argument("--out", required=True, help="output folder (required)")
     p.add_argument("--locations", default=None,
                    help="LLM locations to compare, indices or names (default: Figure 6's four)")
-    p.add_argument("--toy-L", type=int, default=CompareConfig.toy_L,
-                   help="toy domain n + m <= L for parameter files")
-    p.add_argument("--arc-counts", default=_window_text(ARC_COUNTS),
-                   help="counts whose end points give the endpoint angle")
+    p.add_argument("--toy-L", dest="toy_L", type=int, default=None,
+                   help="toy domain n + m <= L for parameter files (default: the capture's largest count)")
+    p.add_argument("--arc-counts", default=None,
+                   help="counts whose end points give the endpoint angle (default: "
+                        f"{_window_text(ARC_COUNTS)} within the counts every source holds)")
     _add_window_args(p)
     p.set_defaults(func=cmd_compare)
 
 
-def _config(cls, **fields):
-    """Build a config, its validation errors worded as flags."""
-    try:
-        return cls(**fields)
-    except UsageError as exc:
-        raise reword(exc, _FLAGS) from None
+def _window(text: str | None, flag: str) -> tuple[int, int] | None:
+    return None if text is None else parse_window(text, flag)
 
 
-def _windows(args) -> dict[str, tuple[int, int]]:
+def _windows(args) -> dict[str, tuple[int, int] | None]:
     return {"low": parse_window(args.low, "--low"), "high": parse_window(args.high, "--high"),
-            "pca_counts": parse_window(args.pca_counts, "--pca-counts")}
+            "pca_counts": _window(args.pca_counts, "--pca-counts")}
 
 
 def cmd_geometry(args) -> int:
     from countlens.analysis.experiments import GeometryConfig, run_geometry
     from countlens.analysis.figures import draw_geometry
 
-    config = _config(GeometryConfig, acts=args.acts, pca_locations=args.pca_locations, **_windows(args))
+    config = GeometryConfig(acts=args.acts, pca_locations=args.pca_locations, **_windows(args))
     result = run_geometry(config)
     out = Path(args.out)
-    draw_geometry(result, out)
     result.save(out)
+    draw_geometry(result, out)
     print(f"{result.summary()}; wrote {out}/geometry.json, figure5.png, figure6.png")
     return 0
 
@@ -94,15 +88,12 @@ def cmd_compare(args) -> int:
     from countlens.analysis.experiments import CompareConfig, run_compare
     from countlens.analysis.figures import draw_compare
 
-    config = _config(CompareConfig, toy=tuple(args.toy), acts=args.acts, locations=args.locations,
-                     toy_L=args.toy_L, arc_counts=parse_window(args.arc_counts, "--arc-counts"), **_windows(args))
+    config = CompareConfig(toy=tuple(args.toy), acts=args.acts, locations=args.locations, toy_L=args.toy_L,
+                           arc_counts=_window(args.arc_counts, "--arc-counts"), **_windows(args))
     out = Path(args.out)
-    try:
-        result = run_compare(config, out)
-    except UsageError as exc:
-        raise reword(exc, {"toy_L": "--toy-L"}) from None
-    draw_compare(result, out)
+    result = run_compare(config, out)
     result.save(out)
+    draw_compare(result, out)
     for llm_label, toy_label in result.closest_toy().items():
         print(f"compare: {llm_label} is closest to toy {toy_label} (pooled gap and effective-rank ratios)")
     print(f"compare: {len(result.rows)} sources; wrote {out}/compare.json, compare.csv, compare.png")

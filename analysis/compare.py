@@ -9,8 +9,8 @@ centroid is the mean of ``h(n, m)`` over m, not the letter-free ``h(n, 0)`` of F
 - ``gap_ratio`` and ``erank_ratio``: the high/low window ratios of the **pooled** centroids (the
   ``gap_ratio_pooled`` of ``geometry.json``, not Figure 5's seed mean; a toy has one seed);
 - ``arc_angle``: the *endpoint angle* (:func:`countlens.analysis.geometry.endpoint_angle`, rad, seen from
-  the origin) between the centroids of the first and last count of the span (default 1..100) — not
-  Figure 2b's arc angle;
+  the origin) between the centroids of the first and last count of the span ``arc_counts`` (default the
+  paper's 1..100, within the counts every source holds) — not Figure 2b's arc angle;
 - the probe, by the protocol of Figure 7 (:func:`countlens.probes.split_rows` 0.6 / 0.2 / 0.2, then
   :class:`countlens.probes.RidgePathProbe` selecting on validation), on the raw coordinates (the norm is
   the native one) over a grid of relative ridge coefficients (:data:`REL_ALPHAS`):
@@ -81,10 +81,13 @@ def source_metrics(cs: CentroidSet, location: int, X: np.ndarray, y: np.ndarray,
                    high=HIGH_WINDOW, arc_counts=ARC_COUNTS, pca_counts=PCA_COUNTS,
                    seed: int = SPLIT_SEED) -> dict[str, Any]:
     """All comparison metrics of one source: pooled centroids ``cs`` at ``location`` and the row-level
-    representations ``X`` (rows, d) with counts ``y`` (rows,) for the probe."""
+    representations ``X`` (rows, d) with counts ``y`` (rows,) for the probe. A window ``cs`` cannot fill is
+    a :class:`~countlens.core.errors.ConfigError` about its field."""
     with blas_threads(1):  # small matrices: BLAS threads only add overhead (BENCHMARKS.md)
         C = cs.pooled[:, location]  # (k, d)
-        rows = window_rows(cs.counts, pca_counts, "PCA count range")
+        rows = window_rows(cs.counts, pca_counts, "pca_counts")
+        for window, field in ((low, "low"), (high, "high"), (arc_counts, "arc_counts")):
+            window_rows(cs.counts, window, field)  # named here; the metrics below take them as checked
         coords, explained = pca_2d(C[rows])
         return {
             "gap_ratio": gap_ratio(cs.counts, C, low, high),

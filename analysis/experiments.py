@@ -5,22 +5,32 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from countlens.analysis.compare import REL_ALPHAS, SPLIT_SEED, closest_toy, source_metrics
-from countlens.analysis.geometry import ARC_COUNTS, HIGH_WINDOW, LOW_WINDOW, PCA_COUNTS
+from countlens.analysis.geometry import (
+    ARC_COUNTS,
+    HIGH_WINDOW,
+    LOW_WINDOW,
+    PCA_COUNTS,
+    window_rows,
+    window_within,
+)
 from countlens.analysis.layerwise import centroids_from_capture, compute_geometry
-from countlens.core.errors import UsageError
-from countlens.core.io import provenance, read_json, write_csv_atomic, write_json_atomic
+from countlens.core.errors import ConfigError, UsageError, about
+from countlens.core.io import read_json
 from countlens.core.locations import default_pca_locations, location_label, resolve_locations
+from countlens.core.results import Result, result_provenance
 from countlens.core.store import acts_array, capture_meta, column, load_capture
+from countlens.probes.experiments import SELECTION
 from countlens.probes.splits import DEFAULT_FRACTIONS
 
 # What each reported ratio is, stored beside the numbers so every page that shows one can name it.
@@ -48,9 +58,14 @@ COMPARE_DEFINITIONS = {
 
 
 def _check_window(name: str, window) -> tuple[int, int]:
-    lo, hi = (int(v) for v in window)
+    """The config field ``name``'s window as two ints; a :class:`ConfigError` unless ``0 <= lo < hi``."""
+    try:
+        lo, hi = (int(v) for v in window)
+    except (TypeError, ValueError):
+        shown = repr(window).replace("{", "{{").replace("}", "}}")
+        raise ConfigError(name, f"{{{name}}} must be two counts lo, hi, got {shown}") from None
     if hi <= lo or lo < 0:
-        raise UsageError(f"{name} must be lo:hi with 0 <= lo < hi, got {lo}:{hi}")
+        raise ConfigError(name, f"{{{name}}} must be lo:hi with 0 <= lo < hi, got {lo}:{hi}")
     return lo, hi
 
 
@@ -67,25 +82,31 @@ def _load(acts: str | os.PathLike):
 
 @dataclass
 class GeometryConfig:
-    """``countlens geometry``: windows are inclusive count ranges; ``pca_locations`` a location spec
-    (``None`` = embeddings, after block 1, the middle block, the last block)."""
+    """``countlens geometry``: ``low``, ``high`` and ``pca_counts`` are inclusive count windows
+    (``pca_counts`` ``None`` = the paper's 1..100 within the counts the capture holds); ``pca_locations`` a
+    location spec (``None`` = embeddings, after block 1, the middle block, the last block)."""
 
     acts: str
     low: tuple[int, int] = LOW_WINDOW
     high: tuple[int, int] = HIGH_WINDOW
-    pca_counts: tuple[int, int] = PCA_COUNTS
+    pca_counts: tuple[int, int] | None = None
     pca_locations: str | None = None
 
     def __post_init__(self) -> None:
         self.acts = str(self.acts)
         self.low, self.high = _check_window("low", self.low), _check_window("high", self.high)
-        self.pca_counts = _check_window("pca_counts", self.pca_counts)
+        if self.pca_counts is not None:
+            self.pca_counts = _check_window("pca_counts", self.pca_counts)
 
 
 @dataclass
-class GeometryResult:
+class GeometryResult(Result):
     """Per-location gap and effective-rank ratios (seed mean, range, per seed, pooled) and PCA of the
-    centroids (``geometry.json``); :data:`GEOMETRY_DEFINITIONS` says which is which."""
+    centroids (``geometry.json``, with ``figure5.csv`` and ``figure6.csv``); :data:`GEOMETRY_DEFINITIONS`
+    says which is which. ``pca_counts`` is the window the PCA used (a default resolved on the data)."""
+
+    FILE: ClassVar[str] = "geometry.json"
+    COMMAND: ClassVar[str] = "countlens geometry"
 
     locations: list[str]
     counts: list[int]
@@ -99,26 +120,19 @@ class GeometryResult:
     definitions: dict[str, str] = field(default_factory=lambda: dict(GEOMETRY_DEFINITIONS))
     provenance: dict[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> GeometryResult:
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
-
-    def save(self, folder: str | os.PathLike) -> list[Path]:
-        """``geometry.json`` (with provenance) and the CSVs behind Figures 5 and 6."""
-        folder = Path(folder)
+    def tables(self) -> dict[str, tuple[list[str], list[list[Any]]]]:
+        """The CSVs behind Figures 5 and 6."""
         fig5 = [[r["index"], r["name"], r["gap_ratio"], r["gap_ratio_min"], r["gap_ratio_max"], r["erank_ratio"],
                  r["erank_ratio_min"], r["erank_ratio_max"]] for r in self.per_location]
         fig6 = [[p["index"], p["name"], c, x, y] for p in self.pca
                 for c, (x, y) in zip(p["counts"], p["coords"], strict=True)]
-        return [write_csv_atomic(folder / "figure5.csv", ["location", "name", "gap_ratio", "gap_ratio_min",
-                                                          "gap_ratio_max", "erank_ratio", "erank_ratio_min",
-                                                          "erank_ratio_max"], fig5),
-                write_csv_atomic(folder / "figure6.csv", ["location", "name", "n", "pc1", "pc2"], fig6),
-                write_json_atomic(folder / "geometry.json", self.to_dict())]
+        return {"figure5.csv": (["location", "name", "gap_ratio", "gap_ratio_min", "gap_ratio_max", "erank_ratio",
+                                 "erank_ratio_min", "erank_ratio_max"], fig5),
+                "figure6.csv": (["location", "name", "n", "pc1", "pc2"], fig6)}
+
+    @classmethod
+    def file_names(cls) -> tuple[str, ...]:
+        return (cls.FILE, "figure5.csv", "figure6.csv")
 
     def summary(self) -> str:
         """One console line: sizes, the largest seed-mean gap ratio and where counts do not move the vector."""
@@ -137,19 +151,20 @@ class GeometryResult:
 
 def run_geometry(config: GeometryConfig) -> GeometryResult:
     """Centroids of the capture at every location, Figure 5's ratios and Figure 6's PCA."""
-    ds, meta, locations = _load(config.acts)
-    pca_locations = None if config.pca_locations is None else resolve_locations(locations, config.pca_locations)
+    with about("acts"):
+        ds, meta, locations = _load(config.acts)
+    with about("pca_locations"):
+        pca_locations = None if config.pca_locations is None else resolve_locations(locations, config.pca_locations)
     cs = centroids_from_capture(ds, locations)
-    per_location, pca = compute_geometry(cs, config.low, config.high, config.pca_counts, pca_locations)
-    recorded = {"acts": config.acts, "low": list(config.low), "high": list(config.high),
-                "pca_counts": list(config.pca_counts), "pca_locations": pca_locations}
+    pca_counts = window_within(PCA_COUNTS, cs.counts) if config.pca_counts is None else config.pca_counts
+    per_location, pca = compute_geometry(cs, config.low, config.high, pca_counts, pca_locations)
     source = {"acts": config.acts, "model": meta.get("model"), "rows": len(ds),
               "config_names": sorted(set(column(ds, "config").tolist())),
               "pairs": sorted(set(column(ds, "pair").tolist()))}
     return GeometryResult(locations=list(locations), counts=cs.counts.tolist(), seeds=cs.seeds.tolist(),
                           low_window=list(config.low), high_window=list(config.high),
-                          pca_counts=list(config.pca_counts), per_location=per_location, pca=pca, source=source,
-                          provenance=provenance(recorded))
+                          pca_counts=list(pca_counts), per_location=per_location, pca=pca, source=source,
+                          provenance=result_provenance(config))
 
 
 # ------------------------------------------------------------------------------------------ compare
@@ -158,33 +173,43 @@ def run_geometry(config: GeometryConfig) -> GeometryResult:
 class CompareConfig:
     """``countlens compare``: ``toy`` — toy parameter JSON files, folders of them, or toy activation
     folders; ``acts`` — the LLM capture; ``locations`` — an LLM location spec (``None`` = Figure 6's four);
-    ``toy_L`` — the toy domain ``n + m <= L`` for parameter files."""
+    ``toy_L`` — the toy domain ``n + m <= L`` for parameter files (``None`` = the capture's largest count,
+    so toy and LLM cover the same counts). ``arc_counts`` and ``pca_counts`` ``None`` = the paper's
+    1..100 within the counts every source holds."""
 
     toy: tuple[str, ...]
     acts: str
     locations: str | None = None
-    toy_L: int = 100
-    arc_counts: tuple[int, int] = ARC_COUNTS
+    toy_L: int | None = None
+    arc_counts: tuple[int, int] | None = None
     low: tuple[int, int] = LOW_WINDOW
     high: tuple[int, int] = HIGH_WINDOW
-    pca_counts: tuple[int, int] = PCA_COUNTS
+    pca_counts: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.toy, (str, os.PathLike)):  # one source
+            self.toy = (self.toy,)
         self.toy = tuple(str(t) for t in self.toy)
         self.acts = str(self.acts)
         if not self.toy:
-            raise UsageError("toy must name at least one toy source")
-        if int(self.toy_L) < 1:
-            raise UsageError(f"toy_L must be >= 1, got {self.toy_L}")
+            raise ConfigError("toy", "{toy} must name at least one toy source")
+        if self.toy_L is not None and int(self.toy_L) < 1:
+            raise ConfigError("toy_L", f"{{toy_L}} must be >= 1, got {self.toy_L}")
         self.low, self.high = _check_window("low", self.low), _check_window("high", self.high)
-        self.arc_counts = _check_window("arc_counts", self.arc_counts)
-        self.pca_counts = _check_window("pca_counts", self.pca_counts)
+        if self.arc_counts is not None:
+            self.arc_counts = _check_window("arc_counts", self.arc_counts)
+        if self.pca_counts is not None:
+            self.pca_counts = _check_window("pca_counts", self.pca_counts)
 
 
 @dataclass
-class CompareResult:
+class CompareResult(Result):
     """One row per source (toy variants first, then LLM locations) with the metrics and its PCA
-    (``compare.json``); :data:`COMPARE_DEFINITIONS` says what each metric is."""
+    (``compare.json``, with ``compare.csv``); :data:`COMPARE_DEFINITIONS` says what each metric is. The
+    windows and ``toy_L`` are those used (defaults resolved on the data)."""
+
+    FILE: ClassVar[str] = "compare.json"
+    COMMAND: ClassVar[str] = "countlens compare"
 
     rows: list[dict[str, Any]]
     low_window: list[int]
@@ -194,49 +219,56 @@ class CompareResult:
     probe: dict[str, Any] = field(default_factory=dict)
     definitions: dict[str, str] = field(default_factory=lambda: dict(COMPARE_DEFINITIONS))
     provenance: dict[str, Any] = field(default_factory=dict)
+    toy_L: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "closest_toy": self.closest_toy()}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CompareResult:
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        return {**super().to_dict(), "closest_toy": self.closest_toy()}
 
     def closest_toy(self) -> dict[str, str]:
         """For each LLM row, the toy row nearest in (log gap ratio, log erank ratio)."""
         return closest_toy(self.rows)
 
-    def save(self, folder: str | os.PathLike) -> list[Path]:
-        """``compare.json`` (with provenance) and ``compare.csv``."""
-        folder = Path(folder)
+    def tables(self) -> dict[str, tuple[list[str], list[list[Any]]]]:
+        """``compare.csv``: one line per source."""
         header = ["label", "kind", "location", "gap_ratio", "erank_ratio", "arc_angle", "probe_norm",
                   "probe_best_acc", "probe_norm_at_best", "readout_norm", "readout_passed"]
-        rows = [[r.get(k) if r.get(k) is not None else "" for k in header] for r in self.rows]
-        return [write_csv_atomic(folder / "compare.csv", header, rows),
-                write_json_atomic(folder / "compare.json", self.to_dict())]
+        return {"compare.csv": (header, [[r.get(k) if r.get(k) is not None else "" for k in header]
+                                         for r in self.rows])}
+
+    @classmethod
+    def file_names(cls) -> tuple[str, ...]:
+        return (cls.FILE, "compare.csv")
 
 
 def run_compare(config: CompareConfig, work_dir: str | os.PathLike) -> CompareResult:
     """Every toy source and every LLM location of ``config``, measured alike. Toy parameter files are
     exported to ``work_dir/toy-acts/<stem>`` (a finished export is reused)."""
     work_dir = Path(work_dir)
-    ds, meta, locations = _load(config.acts)
-    llm_locations = (resolve_locations(locations, config.locations) if config.locations is not None
-                     else default_pca_locations(len(locations)))
+    with about("acts"):
+        ds, meta, locations = _load(config.acts)
+    with about("locations"):
+        llm_locations = (resolve_locations(locations, config.locations) if config.locations is not None
+                         else default_pca_locations(len(locations)))
     llm_cs = centroids_from_capture(ds, locations)  # before the toy export: bad LLM input fails first
-    toy = _toy_sources(config.toy, config.toy_L, work_dir)
-    windows = {"low": config.low, "high": config.high, "arc_counts": config.arc_counts,
-               "pca_counts": config.pca_counts}
-    rows = []
-    for label, path, readout in toy:
+    for name in ("low", "high", "arc_counts", "pca_counts"):
+        if getattr(config, name) is not None:  # a window the capture cannot fill, no toy domain fills
+            window_rows(llm_cs.counts, getattr(config, name), name)
+    toy_L = int(llm_cs.counts.max()) if config.toy_L is None else int(config.toy_L)
+    toys = []
+    with about("toy"):
+        sources = _toy_sources(config.toy, toy_L, work_dir)
+    for label, path, readout in sources:
         tds, _, tlocs = _load(path)
+        toys.append((label, path, readout, tds, tlocs, centroids_from_capture(tds, tlocs)))
+    counts = [llm_cs.counts] + [t[-1].counts for t in toys]
+    windows = {"low": config.low, "high": config.high,
+               "arc_counts": window_within(ARC_COUNTS, *counts) if config.arc_counts is None else config.arc_counts,
+               "pca_counts": window_within(PCA_COUNTS, *counts) if config.pca_counts is None else config.pca_counts}
+    rows = []
+    for label, path, readout, tds, tlocs, tcs in toys:
         li = len(tlocs) - 1  # the toy's read-out representation is its last location
-        try:
-            metrics = source_metrics(centroids_from_capture(tds, tlocs), li, acts_array(tds, li),
-                                     column(tds, "n"), **windows)
-        except UsageError as exc:
-            raise UsageError(f"toy {label}: {exc} (or pass toy_L >= {config.high[1]})") from None
+        with _toy_domain(label, max(hi for _, hi in windows.values())):
+            metrics = source_metrics(tcs, li, acts_array(tds, li), column(tds, "n"), **windows)
         rows.append({"label": label, "kind": "toy", "source": str(path), "location": tlocs[li], **metrics,
                      **readout})
     model = meta.get("model") or "LLM"
@@ -245,74 +277,97 @@ def run_compare(config: CompareConfig, work_dir: str | os.PathLike) -> CompareRe
         rows.append({"label": f"LLM {location_label(locations[li])}", "kind": "llm", "source": config.acts,
                      "location": locations[li], "model": model, **metrics,
                      "readout_norm": None, "readout_passed": None})
-    recorded = {"toy": list(config.toy), "acts": config.acts, "toy_L": config.toy_L,
-                **{k: list(v) for k, v in windows.items()}}
     probe = {"rel_alphas": REL_ALPHAS.tolist(), "fractions": list(DEFAULT_FRACTIONS), "split_seed": SPLIT_SEED,
-             "standardize": False,
-             "selection": "validation rounded accuracy, ties by validation MSE; scored on the test split",
+             "standardize": False, "selection": SELECTION,
              "criterion": "smallest native norm whose validation rounded accuracy == 1"}
-    return CompareResult(rows=rows, low_window=list(config.low), high_window=list(config.high),
-                         arc_counts=list(config.arc_counts), pca_counts=list(config.pca_counts), probe=probe,
-                         provenance=provenance(recorded))
+    return CompareResult(rows=rows, low_window=list(windows["low"]), high_window=list(windows["high"]),
+                         arc_counts=list(windows["arc_counts"]), pca_counts=list(windows["pca_counts"]), probe=probe,
+                         provenance=result_provenance(config), toy_L=toy_L)
+
+
+@contextmanager
+def _toy_domain(label: str, need: int) -> Iterator[None]:
+    """A toy source's error, said as that source's and with the fix a larger toy domain gives."""
+    try:
+        yield
+    except UsageError as exc:
+        label = label.replace("{", "{{").replace("}", "}}")
+        if isinstance(exc, ConfigError):
+            template, field_name, also = exc.template, exc.field, (*exc.fields[1:], "toy_L")
+        else:
+            template, field_name, also = str(exc).replace("{", "{{").replace("}", "}}"), "toy_L", ()
+        raise ConfigError(field_name, f"toy {label}: {template} (or pass {{toy_L}} >= {need})", also) from None
 
 
 def _toy_sources(specs: tuple[str, ...], toy_L: int, work_dir: Path) -> list[tuple[str, Path, dict]]:
     """(label, activation folder, read-out info) for every toy source; parameter files are exported to
-    ``work_dir/toy-acts/<stem>`` (reused when already there)."""
-    from countlens.toy.export import export_toy_activations, toy_params_from_json
+    ``work_dir/toy-acts/<stem>`` (reused when already there). In a folder, the JSON files that hold no toy
+    parameters are skipped."""
+    from countlens.toy.export import export_toy_activations
+    from countlens.toy.model import read_params
 
     sources: list[tuple[str, Path, dict]] = []
-    files: list[Path] = []
+    files: list[tuple[Path, Any]] = []  # (path, its ParamsFile)
     for spec in specs:
         path = Path(spec)
         if path.is_dir() and (path / "meta.json").is_file():
             meta = read_json(path / "meta.json", "toy activation metadata")
-            sources.append((_toy_label_from_meta(meta, path), path, _toy_readout(meta)))
+            sources.append((_toy_label_from_meta(meta, path), path, _export_readout(meta)))
         elif path.is_dir():
-            found = [f for f in sorted(path.glob("*.json")) if _is_toy_params(f)]
+            found = [(f, params) for f in sorted(path.glob("*.json"))
+                     if (params := _params_or_none(f, toy_L)) is not None]
             if not found:
                 raise UsageError(f"toy source {spec}: the folder holds no parameter JSON files and no meta.json")
             files.extend(found)
         elif path.is_file():
-            files.append(path)
+            data = read_json(path, "toy parameter file")
+            try:
+                files.append((path, read_params(data, L=toy_L)))
+            except UsageError as exc:
+                raise UsageError(f"toy source {path}: {exc}") from None
         else:
             raise UsageError(f"toy source {spec} does not exist; pass a parameter JSON from `countlens toy "
                              "construct`")
-    for path in files:
-        data = read_json(path, "toy parameter file")
-        try:
-            cfg, params = toy_params_from_json(data, L=toy_L)
-        except UsageError as exc:
-            raise UsageError(f"toy source {path}: {exc}") from None
+    for path, params in files:
+        cfg = params.cfg
         label = f"{cfg.variant} ({path.stem})" if path.stem != cfg.variant else cfg.variant
         dest = work_dir / "toy-acts" / path.stem
-        export_toy_activations(cfg, params, dest, L=toy_L, seed=0)  # reuses a finished export
-        sources.append((label, dest, _toy_readout(data)))
+        export_toy_activations(cfg, params.params, dest, L=toy_L, seed=0)  # reuses a finished export
+        sources.append((label, dest, _toy_readout(params)))
     labels = [label for label, _, _ in sources]
     if len(set(labels)) != len(labels):
         sources = [(f"{label} [{i}]", p, info) for i, (label, p, info) in enumerate(sources)]
     return sources
 
 
-def _is_toy_params(path: Path) -> bool:
-    """Whether a JSON file in a toy folder holds toy parameters (other JSON files are skipped)."""
+def _params_or_none(path: Path, toy_L: int):
+    """The toy parameters a JSON file of a toy folder holds (:func:`countlens.toy.model.read_params`), or
+    ``None`` for a file that holds none (other JSON files of the folder)."""
+    from countlens.toy.model import read_params
+
     try:
-        data = read_json(path)
+        return read_params(read_json(path), L=toy_L)
     except UsageError:
-        return False
-    return isinstance(data, dict) and ("x_b" in data or isinstance(data.get("params"), dict))
+        return None
 
 
-def _toy_readout(data: dict) -> dict:
+def _toy_readout(params) -> dict:
     """The toy's own regression read-out norm ``|w|`` and whether its full-domain check passed, from a
-    parameter JSON (``countlens toy construct``: ``check.passed``; ``toy train``: ``passed``) or an
-    export's metadata; None where they are absent."""
-    params = data.get("params") if isinstance(data.get("params"), dict) else data
-    w = params.get("w")
-    check = data.get("check") if isinstance(data.get("check"), dict) else {}
-    passed = check.get("passed", data.get("passed"))
-    return {"readout_norm": float(np.linalg.norm(np.asarray(w, dtype=float))) if w is not None else None,
-            "readout_passed": passed if isinstance(passed, bool) else None}
+    :class:`countlens.toy.model.ParamsFile`; None where the file has no ``w`` or no check."""
+    w = params.params.w
+    return {"readout_norm": float(np.linalg.norm(w.detach().cpu().numpy())) if w is not None else None,
+            "readout_passed": params.passed}
+
+
+def _export_readout(meta: dict) -> dict:
+    """:func:`_toy_readout` of the parameters a toy activation folder was exported from (its
+    ``meta.json`` records them; it records no check), or no read-out for a folder without them."""
+    from countlens.toy.model import read_params
+
+    try:
+        return _toy_readout(read_params(meta.get("params"), L=meta.get("L")))
+    except UsageError:
+        return {"readout_norm": None, "readout_passed": None}
 
 
 def _toy_label_from_meta(meta: dict, path: Path) -> str:

@@ -18,7 +18,7 @@ from countlens.core.report import Page, Section, location_cell, table
 
 def plot_figure5(result):
     """Figure 5: layerwise gap ratio (blue) and effective-rank ratio (red), seed mean with the seed range
-    shaded, horizontal line at 1. ``result``: :class:`countlens.analysis.layerwise.GeometryResult`."""
+    shaded, horizontal line at 1. ``result``: :class:`countlens.analysis.experiments.GeometryResult`."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
@@ -176,9 +176,10 @@ def draw_compare(result, folder: str | os.PathLike) -> list[Path]:
 # ----------------------------------------------------------------------- report views
 
 def geometry_view(page: Page, s: Section) -> None:
+    """The report's table for a :class:`~countlens.analysis.experiments.GeometryResult` (``s.result``)."""
     rel = s.rel
     rows = []
-    for i in range(len(s.data.get("per_location", []))):
+    for i in range(len(s.result.per_location)):
         loc = ("per_location", i)
         rows.append([location_cell(page, rel, *loc), page.v(rel, *loc, "name"), page.v(rel, *loc, "gap_ratio"),
                      f"{page.v(rel, *loc, 'gap_ratio_min')} – {page.v(rel, *loc, 'gap_ratio_max')}",
@@ -197,12 +198,11 @@ def geometry_view(page: Page, s: Section) -> None:
                     "effective-rank ratio, seed-mean", "seed range", "effective-rank ratio, pooled"], rows, left=2))
 
 
-
-
 def compare_view(page: Page, s: Section) -> None:
+    """The report's table for a :class:`~countlens.analysis.experiments.CompareResult` (``s.result``)."""
     rel = s.rel
     rows = []
-    for i, r in enumerate(s.data.get("rows", [])):
+    for i, r in enumerate(s.result.rows):
         row = ("rows", i)
         if r.get("probe_norm") is not None:
             probe = (f"{page.v(rel, *row, 'probe_norm')} (test accuracy "
@@ -236,9 +236,10 @@ def compare_view(page: Page, s: Section) -> None:
         "distractors move the centroid); the learned post-LN construction reads its arc through a gain with "
         "one non-zero coordinate, so its h lies on a line (endpoint angle zero).")
     closest = "".join(f"<li>{page.k(rel, 'closest_toy', k)} resembles toy {page.v(rel, 'closest_toy', k)}</li>"
-                      for k in (s.data.get("closest_toy") or {}))
+                      for k in s.result.closest_toy())
     if closest:
         page.add(f"<p>Nearest toy by gap and effective-rank ratios:</p><ul>{closest}</ul>")
 
 
-__all__ = ["plot_figure5", "plot_figure6", "plot_pca_panels", "plot_compare", "draw_geometry", "draw_compare"]
+__all__ = ["plot_figure5", "plot_figure6", "plot_pca_panels", "plot_compare", "draw_geometry", "draw_compare",
+           "geometry_view", "compare_view"]

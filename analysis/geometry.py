@@ -8,17 +8,21 @@ prompts (or toy pairs) whose count is ``counts[j]``.
 Windows are inclusive count ranges ``(lo, hi)``. A window's mean gap is the mean of
 ``||c_{n+1} - c_n||`` over the adjacent pairs inside it (``n = lo .. hi-1``), so the default high window
 91..100 needs counts up to 100 only; its effective rank is that of the window's ``hi - lo + 1`` centroids.
-A window needs every count in it: a hole would silently turn an adjacent gap into a longer one.
+A window needs every count in it: a hole would silently turn an adjacent gap into a longer one. The windows
+are config fields (``low``, ``high``, ``pca_counts``, ``arc_counts``); a window the data cannot fill is a
+:class:`~countlens.core.errors.ConfigError` about its field.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from countlens.core.errors import UsageError
+from countlens.core.errors import ConfigError, UsageError
 
 LOW_WINDOW = (1, 10)
 HIGH_WINDOW = (91, 100)
+# The paper's spans over every count; a config leaves them unset (None) to take them limited to the counts
+# the data holds (:func:`window_within`).
 PCA_COUNTS = (1, 100)
 ARC_COUNTS = (1, 100)
 
@@ -39,19 +43,34 @@ def describe_counts(counts) -> str:
     return ", ".join(parts)
 
 
-def window_rows(counts: np.ndarray, window: tuple[int, int], what: str = "window") -> np.ndarray:
-    """Row indices of the counts ``lo..hi`` in ``counts``; :class:`UsageError` naming the counts present
-    if any is missing or the window holds fewer than two counts."""
+def window_within(default: tuple[int, int], *counts: np.ndarray) -> tuple[int, int]:
+    """The span ``default`` limited to the counts every one of ``counts`` (each (k,)) holds: what an unset
+    ``pca_counts`` or ``arc_counts`` means."""
+    lo = max([int(default[0])] + [int(np.min(c)) for c in counts])
+    hi = min([int(default[1])] + [int(np.max(c)) for c in counts])
+    return lo, hi
+
+
+def window_rows(counts: np.ndarray, window: tuple[int, int], field: str | None = None) -> np.ndarray:
+    """Row indices of the counts ``lo..hi`` in ``counts``. If any is missing or the window holds fewer than
+    two counts: a :class:`ConfigError` about the config field ``field`` that holds the window, naming the
+    counts present (a :class:`UsageError` about "window" without a field)."""
     lo, hi = int(window[0]), int(window[1])
     if hi <= lo:
-        raise UsageError(f"{what} {lo}..{hi} must span at least two counts (lo < hi)")
+        raise _window_error(field, f"{lo}:{hi} must span at least two counts (lo < hi)")
     counts = np.asarray(counts)
     lookup = {int(c): i for i, c in enumerate(counts)}
     missing = [c for c in range(lo, hi + 1) if c not in lookup]
     if missing:
-        raise UsageError(f"{what} {lo}..{hi} needs counts {describe_counts(missing)}, but the data set has "
-                         f"counts {describe_counts(counts)}; choose windows inside them")
+        raise _window_error(field, f"{lo}:{hi} needs counts {describe_counts(missing)}, but the data set has "
+                                   f"counts {describe_counts(counts)}; choose windows inside them")
     return np.array([lookup[c] for c in range(lo, hi + 1)])
+
+
+def _window_error(field: str | None, text: str) -> UsageError:
+    if field is None:
+        return UsageError(f"window {text}")
+    return ConfigError(field, "{" + field + "} " + text)
 
 
 def grouped_sums(values: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -132,7 +151,7 @@ def pca_2d(C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     X = np.asarray(C, dtype=np.float64)
     X = X - X.mean(axis=0)
     # Eigendecomposition of the smaller Gram matrix instead of an SVD of the (k, d) matrix: the same top
-    # components, and LAPACK's SVD of a wide matrix is needlessly slow (seconds at 100 x 576 under load).
+    # components, without LAPACK's slow SVD of a wide matrix (BENCHMARKS.md).
     if X.shape[0] <= X.shape[1]:
         eig, vecs = np.linalg.eigh(X @ X.T)  # ascending
         top = np.argsort(eig)[::-1][:2]
@@ -164,7 +183,7 @@ def endpoint_angle(counts: np.ndarray, C: np.ndarray, span=ARC_COUNTS) -> float:
     LayerNorm centres it): the two measure different things and can differ by orders of magnitude.
     """
     lo, hi = int(span[0]), int(span[1])
-    rows = window_rows(counts, (lo, hi), "arc span")
+    rows = window_rows(counts, (lo, hi))
     a, b = np.asarray(C, dtype=np.float64)[rows[[0, -1]]]
     na, nb = np.linalg.norm(a), np.linalg.norm(b)
     if na == 0 or nb == 0:
@@ -175,7 +194,7 @@ def endpoint_angle(counts: np.ndarray, C: np.ndarray, span=ARC_COUNTS) -> float:
 
 
 __all__ = [
-    "LOW_WINDOW", "HIGH_WINDOW", "PCA_COUNTS", "ARC_COUNTS", "describe_counts", "window_rows",
+    "LOW_WINDOW", "HIGH_WINDOW", "PCA_COUNTS", "ARC_COUNTS", "describe_counts", "window_within", "window_rows",
     "grouped_sums", "count_centroids", "adjacent_gaps", "mean_gap", "gap_ratio", "effective_rank", "erank_ratio",
     "pca_2d", "endpoint_angle",
 ]

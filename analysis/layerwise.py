@@ -31,8 +31,9 @@ from countlens.analysis.geometry import (
     mean_gap,
     pca_2d,
     window_rows,
+    window_within,
 )
-from countlens.core.errors import UsageError
+from countlens.core.errors import ConfigError, UsageError
 from countlens.core.locations import default_pca_locations
 from countlens.core.store import iter_batches
 
@@ -89,7 +90,8 @@ class _Accumulator:
     def add(self, acts: np.ndarray, n: np.ndarray, seed: np.ndarray) -> None:
         acts = np.asarray(acts, dtype=np.float64)  # (rows, n_locations, d)
         if not np.all(np.isfinite(acts)):
-            raise UsageError("the activations hold NaN or inf; recapture with --dtype float32")
+            raise UsageError("the activations hold NaN or inf; recapture them with the model in float32 (the "
+                             "capture's dtype)")
         keys = np.stack([np.asarray(seed, dtype=np.int64), np.asarray(n, dtype=np.int64)], axis=1)
         uniq, sums, sizes = grouped_sums(acts, keys)
         for j, (s, c) in enumerate(uniq):
@@ -107,7 +109,7 @@ class _Accumulator:
         counts = np.array(sorted({c for _, c in self.sums}))
         if len(counts) < 2:
             raise UsageError(f"the data set has one count only ({describe_counts(counts)}); geometry needs "
-                             "several counts — capture with --counts 0:100")
+                             "several counts — capture with `countlens llm capture --counts 0:100`")
         shape = next(iter(self.sums.values())).shape
         if shape[0] != len(locations):
             raise UsageError(f"activations have {shape[0]} locations but the metadata names {len(locations)}")
@@ -123,10 +125,11 @@ class _Accumulator:
         return CentroidSet(list(locations), counts, seeds, per_seed, pooled, sizes)
 
 
-def compute_geometry(cs: CentroidSet, low=LOW_WINDOW, high=HIGH_WINDOW, pca_counts=PCA_COUNTS,
+def compute_geometry(cs: CentroidSet, low=LOW_WINDOW, high=HIGH_WINDOW, pca_counts=None,
                      pca_locations: list[int] | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Figure 5's ratios at every location (per seed, seed mean and range, pooled) and Figure 6's PCA of
-    the pooled centroids at ``pca_locations`` (default: :func:`countlens.core.locations.default_pca_locations`).
+    the pooled centroids over ``pca_counts`` (default: :data:`~countlens.analysis.geometry.PCA_COUNTS` within
+    the counts ``cs`` holds) at ``pca_locations`` (default: :func:`countlens.core.locations.default_pca_locations`).
 
     Returns ``per_location`` (one dict per location) and ``pca`` (one dict per PCA location: counts,
     coords (k, 2), explained-variance ratio (2,)).
@@ -138,15 +141,16 @@ def compute_geometry(cs: CentroidSet, low=LOW_WINDOW, high=HIGH_WINDOW, pca_coun
 
 
 def _compute_geometry(cs: CentroidSet, low, high, pca_counts, pca_locations):
+    pca_counts = window_within(PCA_COUNTS, cs.counts) if pca_counts is None else pca_counts
     low, high, pca_counts = tuple(map(int, low)), tuple(map(int, high)), tuple(map(int, pca_counts))
     for s in range(len(cs.seeds)):  # check every seed has the windows before computing anything
         seed_counts = cs.seed_counts(s)
-        for window, what in ((low, "low window"), (high, "high window")):
+        for window, name in ((low, "low"), (high, "high")):
             try:
-                window_rows(seed_counts, window, what)
-            except UsageError as exc:
-                raise UsageError(f"seed {int(cs.seeds[s])}: {exc}") from None
-    pca_rows = window_rows(cs.counts, pca_counts, "PCA count range")
+                window_rows(seed_counts, window, name)
+            except ConfigError as exc:
+                raise ConfigError(exc.field, f"seed {int(cs.seeds[s])}: {exc.template}", exc.fields[1:]) from None
+    pca_rows = window_rows(cs.counts, pca_counts, "pca_counts")
     per_location = []
     for li, name in enumerate(cs.locations):
         gaps, ranks = [], []
@@ -172,7 +176,8 @@ def _compute_geometry(cs: CentroidSet, low, high, pca_counts, pca_locations):
     pca = []
     for li in pca_locations:
         if not 0 <= li < len(cs.locations):
-            raise UsageError(f"location {li} does not exist; the data set has locations 0..{len(cs.locations) - 1}")
+            raise ConfigError("pca_locations", f"{{pca_locations}}: location {li} does not exist; the data set has "
+                                               f"locations 0..{len(cs.locations) - 1}")
         coords, explained = pca_2d(cs.pooled[pca_rows, li])
         pca.append({"index": li, "name": cs.locations[li], "counts": cs.counts[pca_rows].tolist(),
                     "coords": coords.tolist(), "explained_variance_ratio": explained.tolist()})

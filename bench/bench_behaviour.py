@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from countlens.llm.capture import pad_batch
+from countlens.llm.capture import pad_batch, pad_token_id
 from countlens.llm.experiments import (
     CaptureConfig,
     PatchingConfig,
@@ -46,14 +46,15 @@ def main() -> None:
     n = len(base["counts"]) * 4
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        _, plain = timed(lambda: run_capture(CaptureConfig(**base), tmp / "plain", loaded, progress=False))
-        _, answered = timed(lambda: run_capture(CaptureConfig(**base, answers=True), tmp / "answers", loaded,
+        capture = CaptureConfig().with_options(**base)
+        _, plain = timed(lambda: run_capture(capture, tmp / "plain", loaded=loaded, progress=False))
+        _, answered = timed(lambda: run_capture(capture.with_options(answers=True), tmp / "answers", loaded=loaded,
                                                 progress=False))
         print(f"capture, {n} prompts (L=256, 4 pairs): {n / plain:.2f} prompts/s plain, {n / answered:.2f} "
               f"prompts/s with --answers (16 answer tokens); ratio {answered / plain:.2f}x")
 
-        prompts = build_prompts(tok, CaptureConfig(**base).prompt_settings())[:16]
-        ids, mask, index = pad_batch(prompts, tok.pad_token_id or 0, "left")
+        prompts = build_prompts(tok, capture.prompts)[:16]
+        ids, mask, index = pad_batch(prompts, pad_token_id(tok), "left")
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         with torch.inference_mode():
             vectors = boundary_vectors(model, tok, prompts[::-1], [15])[:, 0]
@@ -71,7 +72,7 @@ def main() -> None:
               f"{16 / t_patch:.2f} prompts/s (overhead {t_patch / t_plain:.2f}x)")
 
         patch = PatchingConfig()
-        result, t = timed(lambda: run_patching(patch, loaded))
+        result, t = timed(lambda: run_patching(patch, loaded=loaded))
         passes = len(result.rows) + 2 * len(result.rows) // len(result.locations)
         print(f"quick patching stage ({len(result.rows)} patched prompts, {len(result.locations)} locations, "
               f"L={patch.L}): {t:.1f} s, {passes / t:.2f} prompt passes (+answers)/s")
@@ -80,7 +81,7 @@ def main() -> None:
         probes.save(tmp)
         steer = SteeringConfig(acts=str(tmp / "answers"), probes=str(tmp / "probes.json"),
                                counts=sorted(set(counts)))
-        result, t = timed(lambda: run_steering(steer, loaded))
+        result, t = timed(lambda: run_steering(steer, loaded=loaded))
         print(f"quick steering stage ({len(result.rows)} steered prompts): {t:.1f} s")
 
 

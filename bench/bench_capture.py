@@ -80,8 +80,9 @@ def main() -> None:
 
     from transformers.utils import logging as hf_logging
 
-    from countlens.llm.capture import BoundaryCapture, batches, length_sorted, pad_batch
+    from countlens.llm.capture import BoundaryCapture, batches, length_sorted, pad_batch, pad_token_id
     from countlens.llm.experiments import CaptureConfig, run_capture
+    from countlens.llm.hooks import hook_sites
     from countlens.llm.models import load_model
     from countlens.llm.prompts import PromptSettings, build_prompts
 
@@ -94,7 +95,7 @@ def main() -> None:
     settings = PromptSettings(L=args.L, counts=counts, configs=["count"], seeds=[0])
     prompts = length_sorted(build_prompts(tok, settings))
     n_tokens = sum(p.n_tokens for p in prompts)
-    pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
+    pad_id = pad_token_id(tok)
     groups = [pad_batch([prompts[i] for i in idx], pad_id) for idx in batches(prompts, args.batch_size)]
     n_blocks = model.config.num_hidden_layers
     early = [int(k) for k in args.early.split(",") if k.strip()]
@@ -129,7 +130,7 @@ def main() -> None:
     twin = load_model("default", progress=False)
     bridge = TransformerBridge.boot_transformers(twin.location,
                                                  hf_model=twin.model, tokenizer=tok, device="cpu")
-    names = ["blocks.0.hook_resid_pre"] + [f"blocks.{i}.hook_resid_post" for i in range(n_blocks)]
+    names = [site.tl_name for site in hook_sites(range(n_blocks + 1), n_blocks)]
     wanted = set(names)
 
     def tl_cache():
@@ -168,7 +169,8 @@ def main() -> None:
     # end to end: prompts -> Arrow folder (model already loaded)
     tmp = tempfile.mkdtemp(prefix="countlens-bench-")
     try:
-        config = CaptureConfig(L=args.L, counts=counts, configs=["count"], seeds=[0], batch_size=args.batch_size)
+        config = CaptureConfig().with_options(L=args.L, counts=counts, configs=["count"], seeds=[0],
+                                              batch_size=args.batch_size)
         s, _ = measure(lambda: run_capture(config, os.path.join(tmp, "cap"), loaded=loaded, progress=False))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -28,8 +28,8 @@ SHARD_DEFAULT = 256
 def config(args):
     from countlens.llm.experiments import CaptureConfig
 
-    return CaptureConfig(L=args.L, counts=list(range(max(1, args.prompts // 2))), pairs=[["a", "b"]],
-                         configs=["count"], seeds=[0, 1], batch_size=16, shard_rows=args.shard_rows)
+    return CaptureConfig().with_options(L=args.L, counts=list(range(max(1, args.prompts // 2))), pairs=[["a", "b"]],
+                                        configs=["count"], seeds=[0, 1], batch_size=16, shard_rows=args.shard_rows)
 
 
 def run_single(root: Path, args) -> dict:

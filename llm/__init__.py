@@ -23,6 +23,6 @@ from countlens.llm.experiments import (  # noqa: F401
     run_patching,
     run_steering,
 )
-from countlens.llm.models import load_model, resolve_model  # noqa: F401
+from countlens.llm.models import ModelSpec, load_model, resolve_model  # noqa: F401
 from countlens.llm.patching import BoundaryEdit  # noqa: F401
 from countlens.llm.prompts import Prompt, PromptSettings, build_prompts  # noqa: F401

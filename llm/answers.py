@@ -2,7 +2,7 @@
 and the teacher-forced log-probability of the correct answer (docs/definitions.md §2).
 
 One prompt pass (left-padded, so every row's boundary is the last position) yields the boundary logits and
-the KV cache; the answer then costs ``max_new_tokens`` single-token decode steps, and the correct answer's
+the KV cache; the answer then costs ``answer_tokens`` single-token decode steps, and the correct answer's
 log-probability one more short forward over its tokens — never another prompt pass.
 
 **Parse rule.** The answer is the integer written in the generated text when the text holds exactly one
@@ -27,10 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from countlens.core.errors import UsageError
-from countlens.core.locations import location_names
+from countlens.core.errors import ConfigError
 from countlens.core.store import ANSWER_COLUMNS
-from countlens.llm.capture import BoundaryCapture, ShardRunner, hidden_size, pad_batch
+from countlens.llm.capture import BoundaryCapture, ShardRunner, hidden_size, pad_batch, pad_token_id
 from countlens.llm.models import LoadedModel
 from countlens.llm.prompts import Prompt
 
@@ -99,7 +98,7 @@ def _forward(model, ids, mask, positions, cache=None, last_only=False):
 
 
 def answer_batch(model, input_ids, attention_mask, correct_ids: Sequence[Sequence[int]], stop_ids: set[int],
-                 max_new_tokens: int = ANSWER_TOKENS, pad_id: int = 0,
+                 answer_tokens: int = ANSWER_TOKENS, pad_id: int = 0,
                  prompt_context=None) -> AnswerBatch:
     """Greedy answers and the correct answer's log-probability for a left-padded batch.
 
@@ -121,13 +120,13 @@ def answer_batch(model, input_ids, attention_mask, correct_ids: Sequence[Sequenc
     done = torch.zeros(B, dtype=torch.bool, device=device)
     stop = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
     mask = attention_mask
-    for step in range(max_new_tokens):
+    for step in range(answer_tokens):
         nxt = torch.argmax(logits, dim=-1)  # (B,)
         finished = torch.isin(nxt, stop) | done
         for row in torch.nonzero(~finished).flatten().tolist():
             tokens[row].append(int(nxt[row]))
         done = finished
-        if bool(done.all()) or step == max_new_tokens - 1:
+        if bool(done.all()) or step == answer_tokens - 1:
             break
         nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
         mask = torch.cat([mask, torch.ones((B, 1), dtype=mask.dtype, device=device)], dim=1)
@@ -175,11 +174,11 @@ class Answers:
 
 
 def answer_prompts(model, tokenizer, prompts, template: str = "chat", batch_size: int = 16,
-                   max_new_tokens: int = ANSWER_TOKENS, context=None) -> Answers:
+                   answer_tokens: int = ANSWER_TOKENS, context=None) -> Answers:
     """Answers for ``prompts`` (:class:`countlens.llm.prompts.Prompt`, in their order), in left-padded batches
     of ``batch_size``. ``context(rows, boundary_index)`` may return a context manager for each batch's
     prompt pass (``rows``: the batch's indices into ``prompts``; ``boundary_index``: (B,) positions)."""
-    pad_id = _pad_id(tokenizer)
+    pad_id = pad_token_id(tokenizer)
     stop = stop_token_ids(model, tokenizer)
     device = model.get_input_embeddings().weight.device
     texts: list[str] = [""] * len(prompts)
@@ -189,7 +188,7 @@ def answer_prompts(model, tokenizer, prompts, template: str = "chat", batch_size
         group = [prompts[i] for i in rows]
         ids, mask, index = pad_batch(group, pad_id, "left", device)
         correct = [answer_token_ids(tokenizer, p.n, template) for p in group]
-        out = answer_batch(model, ids, mask, correct, stop, max_new_tokens, pad_id,
+        out = answer_batch(model, ids, mask, correct, stop, answer_tokens, pad_id,
                            None if context is None else context(rows, index))
         for i, text in zip(rows, out.texts(tokenizer), strict=True):
             texts[i] = text
@@ -197,12 +196,8 @@ def answer_prompts(model, tokenizer, prompts, template: str = "chat", batch_size
     return Answers(texts, [parse_answer(t) for t in texts], logprob.tolist())
 
 
-def _pad_id(tokenizer) -> int:
-    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
-
-
 def check_generation_prompt(tokenizer, template: str) -> None:
-    """:class:`UsageError` unless a prompt's end is where the assistant starts answering: the plain template
+    """``ConfigError("template")`` unless a prompt's end is where the assistant starts answering: the plain template
     ends in ``Answer:``; a chat template must add a generation prompt (else the "answer" would continue the
     user's turn)."""
     if template == "plain":
@@ -214,8 +209,8 @@ def check_generation_prompt(tokenizer, template: str) -> None:
     except (ValueError, TypeError, AttributeError):
         with_prompt = without = None
     if with_prompt is None or with_prompt == without:
-        raise UsageError("answers need a chat template with a generation prompt (the assistant's turn); this "
-                         'model has none: pass template="plain" to answer after "Answer:"')
+        raise ConfigError("template", "answers need a chat template with a generation prompt (the assistant's "
+                                      'turn); this model has none: pass {template:plain} to answer after "Answer:"')
 
 
 def answering_runner(loaded: LoadedModel, locations: Sequence[int] | None, batch_size: int,
@@ -226,9 +221,7 @@ def answering_runner(loaded: LoadedModel, locations: Sequence[int] | None, batch
     model runs (no early stop)."""
     model, tokenizer = loaded.model, loaded.tokenizer
     hooks = BoundaryCapture(model, locations, early_stop=False)
-    names = location_names(len(hooks.blocks))
-    names = names if locations is None else [names[int(i)] for i in locations]
-    stop, pad_id = stop_token_ids(model, tokenizer), _pad_id(tokenizer)
+    stop, pad_id = stop_token_ids(model, tokenizer), pad_token_id(tokenizer)
     device = model.get_input_embeddings().weight.device
 
     def run(group: list[Prompt]):
@@ -239,4 +232,4 @@ def answering_runner(loaded: LoadedModel, locations: Sequence[int] | None, batch
         texts = out.texts(tokenizer)
         return hooks.result().numpy(), {"answer_text": texts, "answer": [parse_answer(t) for t in texts],
                                         "answer_logprob": out.logprob.tolist()}
-    return ShardRunner(names, run, batch_size, hidden_size(model.config), ANSWER_COLUMNS)
+    return ShardRunner(hooks.names, run, batch_size, hidden_size(model.config), ANSWER_COLUMNS)

@@ -1,9 +1,11 @@
 """Capture the residual stream at the assistant boundary, at every layer: hooks, batching, backends.
 
-Locations (docs/definitions.md §2, names from :mod:`countlens.core.locations`): location 0 ``embed`` is the
-input to block 0 (token + position embeddings, scaled where the architecture scales them); location ``l >= 1`` ``blocks.{l-1}.hook_resid_post`` is the raw output of block
-``l - 1`` (before any final norm: Hugging Face's last hidden state has the norm applied, so block outputs are
-taken with hooks). Only each prompt's boundary row is kept, so memory is ``O(locations x batch x d)``.
+Locations (docs/definitions.md §2, names from :mod:`countlens.core.locations`, hook sites from
+:mod:`countlens.llm.hooks`): location 0 ``embed`` is the input to block 0 (token + position embeddings,
+scaled where the architecture scales them); location ``l >= 1`` ``blocks.{l-1}.hook_resid_post`` is the raw
+output of block ``l - 1`` (before any final norm: Hugging Face's last hidden state has the norm applied, so
+block outputs are taken with hooks). Only each prompt's boundary row is kept, so memory is
+``O(locations x batch x d)``.
 
 Two backends give the same vectors: ``hf`` (forward hooks on the decoder blocks, found generically) and
 ``transformer-lens`` (a ``TransformerBridge`` booted offline from the loaded model, which also records
@@ -20,6 +22,7 @@ import numpy as np
 
 from countlens.core.errors import UsageError
 from countlens.core.locations import location_names
+from countlens.llm.hooks import SITES, HookSet, hook_sites
 from countlens.llm.models import LoadedModel
 from countlens.llm.prompts import Prompt
 
@@ -57,8 +60,18 @@ def find_blocks(model) -> Any:
     return min(found, key=lambda t: (t[0], t[1]))[2]
 
 
-def _hidden(output) -> Any:
-    return output[0] if isinstance(output, (tuple, list)) else output
+def pad_token_id(tokenizer) -> int:
+    """The id that pads a batch: the tokenizer's pad token, else its EOS token, else 0 (padded positions
+    are masked, or follow the boundary, so the choice never changes a boundary vector)."""
+    if tokenizer.pad_token_id is not None:
+        return tokenizer.pad_token_id
+    return tokenizer.eos_token_id or 0
+
+
+def location_names_of(locations: Sequence[int] | None, n_blocks: int) -> list[str]:
+    """The names of the residual ``locations`` (indices; ``None``: all) of a model of ``n_blocks`` blocks."""
+    names = location_names(n_blocks)
+    return names if locations is None else [names[int(i)] for i in locations]
 
 
 class BoundaryCapture:
@@ -67,8 +80,9 @@ class BoundaryCapture:
     >>> with BoundaryCapture(model, locations=[0, 1, 30]) as cap:
     ...     acts = cap.run(input_ids, attention_mask, boundary_index)   # (B, 3, d) float32 on CPU
 
-    ``locations`` are indices into :func:`countlens.core.locations.location_names`. With ``early_stop`` the forward pass stops after
-    the last block needed. Hooks are always removed on exit, also after an error.
+    ``locations`` are indices into :func:`countlens.core.locations.location_names` (``ConfigError("locations")``
+    for one the model lacks). With ``early_stop`` the forward pass stops after the last block needed. Hooks
+    are always removed on exit, also after an error and after a failure while entering.
     """
 
     def __init__(self, model, locations: Sequence[int] | None = None, early_stop: bool = True):
@@ -76,10 +90,10 @@ class BoundaryCapture:
         self.blocks = find_blocks(model)
         n_blocks = len(self.blocks)
         self.locations = list(range(n_blocks + 1)) if locations is None else [int(i) for i in locations]
-        if not self.locations or min(self.locations) < 0 or max(self.locations) > n_blocks:
-            raise UsageError(f"locations must lie in 0..{n_blocks} for a model with {n_blocks} blocks")
+        self.sites = hook_sites(self.locations, n_blocks)
+        self.names = location_names_of(self.locations, n_blocks)
         self.early_stop = early_stop
-        self._handles: list[Any] = []
+        self._hooks = HookSet(self.blocks)
         self._index = None
         self._out: list[Any] = [None] * len(self.locations)
 
@@ -89,29 +103,21 @@ class BoundaryCapture:
         rows = torch.arange(hidden.shape[0], device=hidden.device)
         self._out[slot] = hidden[rows, self._index.to(hidden.device)].detach().to("cpu", torch.float32)
 
+    def _keeper(self, slot: int, stop: bool):
+        def keep(hidden) -> None:
+            self._store(slot, hidden)
+            if stop:
+                raise _StopForward
+        return keep
+
     def __enter__(self) -> BoundaryCapture:
         last = max(self.locations)
-        for slot, loc in enumerate(self.locations):
-            if loc == 0:
-                def pre_hook(module, args, kwargs, slot=slot):
-                    self._store(slot, args[0] if args else kwargs["hidden_states"])
-                self._handles.append(self.blocks[0].register_forward_pre_hook(pre_hook, with_kwargs=True))
-            else:
-                def hook(module, args, output, slot=slot, loc=loc):
-                    self._store(slot, _hidden(output))
-                    if self.early_stop and loc == last:
-                        raise _StopForward
-                self._handles.append(self.blocks[loc - 1].register_forward_hook(hook))
-        if self.early_stop and last == 0:
-            def stop(module, args, kwargs):
-                raise _StopForward
-            self._handles.append(self.blocks[0].register_forward_pre_hook(stop, with_kwargs=True))
+        self._hooks.attach((site, self._keeper(slot, self.early_stop and loc == last))
+                           for slot, (loc, site) in enumerate(zip(self.locations, self.sites, strict=True)))
         return self
 
     def __exit__(self, *exc) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
+        self._hooks.remove()
 
     def run(self, input_ids, attention_mask, boundary_index):
         """One forward pass; returns the boundary vectors (B, n_locations, d) as float32 CPU tensor.
@@ -186,19 +192,16 @@ class TransformerLensCapture:
 
         n_blocks = len(find_blocks(loaded.model))
         self.locations = list(range(n_blocks + 1)) if locations is None else [int(i) for i in locations]
-        if not self.locations or min(self.locations) < 0 or max(self.locations) > n_blocks:
-            raise UsageError(f"locations must lie in 0..{n_blocks} for a model with {n_blocks} blocks")
+        sites = hook_sites(self.locations, n_blocks)
         self.n_stop = max(1, max(self.locations))
-        self.mid_blocks = list(range(self.n_stop))
+        self.mid_sites = [SITES["resid_mid"].at(i) for i in range(self.n_stop)]
         self.bridge = TransformerBridge.boot_transformers(
             loaded.location or loaded.model_id,
             hf_model=loaded.model, tokenizer=loaded.tokenizer, device=str(loaded.model.device),
             dtype=loaded.model.dtype)
-        self.hook_names = [("blocks.0.hook_resid_pre" if loc == 0 else f"blocks.{loc - 1}.hook_resid_post")
-                           for loc in self.locations] + [f"blocks.{i}.hook_resid_mid" for i in self.mid_blocks]
-
-    def extra_names(self) -> list[str]:
-        return [f"blocks.{i}.hook_resid_mid" for i in self.mid_blocks]
+        self.hook_names = [site.tl_name for site in sites + self.mid_sites]
+        # the standard locations' names, then the hook_resid_mid ones this backend adds
+        self.names = location_names_of(self.locations, n_blocks) + [site.tl_name for site in self.mid_sites]
 
     def run(self, input_ids, boundary_index):
         """Right-padded batch (B, T) -> boundary vectors (B, n_locations + n_mid, d) float32 CPU."""
@@ -251,13 +254,7 @@ def shard_runner(loaded: LoadedModel, locations: Sequence[int] | None, backend: 
     ``locations``: indices into :func:`countlens.core.locations.location_names` (``None``: all).
     """
     model, tokenizer = loaded.model, loaded.tokenizer
-    n_blocks = len(find_blocks(model))
-    names = location_names(n_blocks)
-    if locations is not None:
-        if not locations or any(not 0 <= int(i) <= n_blocks for i in locations):
-            raise UsageError(f"locations must lie in 0..{n_blocks} for a model with {n_blocks} blocks")
-        names = [names[int(i)] for i in locations]
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+    pad_id = pad_token_id(tokenizer)
     d = hidden_size(model.config)
     if backend == "transformer-lens":
         runner = TransformerLensCapture(loaded, locations)
@@ -267,7 +264,7 @@ def shard_runner(loaded: LoadedModel, locations: Sequence[int] | None, backend: 
             # and the boundary token never attends to the pads after it.
             ids, _, index = pad_batch(group, pad_id, "right")
             return runner.run(ids, index).numpy()
-        return ShardRunner(names + runner.extra_names(), run_tl, batch_size, d)
+        return ShardRunner(runner.names, run_tl, batch_size, d)
 
     hooks = BoundaryCapture(model, locations)
     device_in = model.get_input_embeddings().weight.device
@@ -276,7 +273,7 @@ def shard_runner(loaded: LoadedModel, locations: Sequence[int] | None, backend: 
         ids, mask, index = pad_batch(group, pad_id, padding_side, device_in)
         with hooks as cap:
             return cap.run(ids, mask, index).numpy()
-    return ShardRunner(names, run_hf, batch_size, d)
+    return ShardRunner(hooks.names, run_hf, batch_size, d)
 
 
 def capture_shard(runner: ShardRunner, shard: Sequence[Prompt], progress: Callable[[int], Any] | None = None
@@ -298,7 +295,6 @@ def capture_shard(runner: ShardRunner, shard: Sequence[Prompt], progress: Callab
             if progress is not None:
                 progress(len(idx))
     return {**capture_rows(shard, acts), **columns}
-
 
 
 def hidden_size(config) -> int:

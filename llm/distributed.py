@@ -1,6 +1,6 @@
 """Sharded capture on a Ray cluster: the driver plans the shards, actors capture them into one folder.
 
-The driver builds and checks the prompts (:func:`~countlens.llm.experiments.plan_capture`: tokenizer and
+The driver builds and checks the prompts (:func:`~countlens.llm.experiments.capture.plan_capture`: tokenizer and
 model config only), writes ``meta.json`` and schedules every unfinished shard on :class:`CaptureActor` s,
 one per GPU (``num_gpus=1``) or per CPU slot. Each actor loads the model once and captures the shards it
 is given with the same function as a single-process run (:func:`~countlens.llm.capture.capture_shard`), so
@@ -18,7 +18,6 @@ this machine is part of (``ray start``), anything else is a cluster address (``H
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import time
 import uuid
@@ -27,11 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from countlens.core.errors import UsageError
+from countlens.core.errors import ConfigError, UsageError, literal
 from countlens.core.io import write_json_atomic
 from countlens.core.store import ActivationWriter, existing_capture
 from countlens.llm.capture import capture_shard, model_facts
-from countlens.llm.experiments import (
+from countlens.llm.experiments.capture import (
     CaptureConfig,
     CaptureResult,
     capture_is_whole,
@@ -53,15 +52,16 @@ def import_ray():
 
 
 def parse_target(target: str) -> dict[str, Any]:
-    """``ray.init`` arguments for a target: ``local:N``, ``auto`` or a cluster address."""
+    """``ray.init`` arguments for a target: ``local:N``, ``auto`` or a cluster address; a bad one is a
+    ``ConfigError("ray")`` (the setting that names the target)."""
     target = str(target).strip()
     if target.startswith("local:"):
         n = target[len("local:"):]
         if not n.isdigit() or int(n) < 1:
-            raise UsageError(f"ray target local:N takes a number of CPU slots N >= 1, got {target!r}")
+            raise ConfigError("ray", "{ray} local:N takes a number of CPU slots N >= 1, got " + literal(repr(target)))
         return {"num_cpus": int(n), "include_dashboard": False}
     if not target:
-        raise UsageError("ray target must be auto, local:N or a cluster address")
+        raise ConfigError("ray", "{ray} must be auto, local:N or a cluster address")
     return {"address": target}
 
 
@@ -168,7 +168,8 @@ def actor_resources(ray, device: str) -> tuple[int, dict[str, float], str]:
     if device != "cpu" and resources.get("GPU", 0) >= 1:
         return int(resources["GPU"]), {"num_gpus": 1, "num_cpus": 1}, "cuda"
     if device not in ("cpu", "auto"):
-        raise UsageError(f"device {device} needs a GPU per worker but the Ray cluster has none")
+        raise ConfigError("device", f"{{device:{literal(device)}}} needs a GPU per worker but the Ray cluster has "
+                                    "none")
     return max(1, int(resources.get("CPU", 1))), {"num_cpus": 1}, "cpu"
 
 
@@ -223,9 +224,9 @@ def schedule_shards(ray, actors: list, out_dir: Path, meta: dict[str, Any], shar
     return records
 
 
-def run_capture_on_ray(config: CaptureConfig, out: str | Path, target: str = "auto",
+def run_capture_on_ray(config: CaptureConfig, out: str | Path, target: str = "auto", *,
                        progress: bool = True) -> RayCaptureResult:
-    """:func:`~countlens.llm.experiments.run_capture` with the shards spread over the Ray cluster
+    """:func:`~countlens.llm.experiments.capture.run_capture` with the shards spread over the Ray cluster
     ``target``; the same folder, rows and resume rules.
 
     Raises :class:`UsageError` for everything ``run_capture`` refuses, for a missing Ray, an unreachable
@@ -235,7 +236,7 @@ def run_capture_on_ray(config: CaptureConfig, out: str | Path, target: str = "au
     folder, out = Path(out), Path(out).resolve()  # workers need the absolute path: their cwd is not ours
     old = existing_capture(out, plan.key)
     if old is not None and old.get("complete") and capture_is_whole(out):
-        return RayCaptureResult(**vars(CaptureResult.from_folder(folder)))
+        return RayCaptureResult(**vars(CaptureResult.from_folder(folder, config)))
     shards = plan.shards()
     done = ActivationWriter(out, old).finished_shards() & set(range(len(shards))) if old is not None else set()
     todo = {s: shard for s, shard in enumerate(shards) if s not in done}
@@ -262,7 +263,7 @@ def run_capture_on_ray(config: CaptureConfig, out: str | Path, target: str = "au
     if not capture_is_whole(out):
         write_json_atomic(out / "meta.json", {**writer.meta, "complete": False})
         raise UsageError(f"{out} does not read back whole after capture; rerun the same command to resume")
-    return RayCaptureResult(**vars(CaptureResult.from_folder(folder)), scheduled=sorted(todo), shards=records,
+    return RayCaptureResult(**vars(CaptureResult.from_folder(folder, config)), scheduled=sorted(todo), shards=records,
                             actors=[{"pid": d["pid"], "load_seconds": d["load_seconds"]} for d in described],
                             wall_s=time.perf_counter() - started)
 
@@ -272,8 +273,8 @@ def _capture_shards(ray, plan, out: Path, todo: dict[int, list], target: str, pr
     Returns (the writer, the actors' descriptions, the per-shard records)."""
     from tqdm.auto import tqdm
 
-    slots, resources, device = actor_resources(ray, plan.config.device)
-    config = dataclasses.replace(plan.config, device=device)
+    slots, resources, device = actor_resources(ray, plan.config.model.device)
+    config = plan.config.with_options(device=device)
     actors, described = start_actors(ray, min(slots, len(todo)), resources, config)
     try:
         meta = plan.meta(described[0]["facts"])

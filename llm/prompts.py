@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from countlens.core.errors import UsageError
+from countlens.core.errors import ConfigError, UsageError, literal
 
 # (target, distractor): common English words, one token each (with a leading space) in GPT-2, Llama-3,
 # Qwen2 and SmolLM2 vocabularies.
@@ -48,7 +48,8 @@ PLAIN_TEMPLATE = "{instruction}\nAnswer:"
 
 @dataclass
 class PromptSettings:
-    """Everything that fixes a prompt set. Its ``to_dict`` is the resume key of a capture."""
+    """Everything that fixes a prompt set; its ``to_dict`` is part of a capture's resume key. Errors name
+    these fields (:class:`~countlens.core.errors.ConfigError`)."""
 
     L: int = DEFAULT_L
     counts: list[int] = field(default_factory=lambda: list(DEFAULT_COUNTS))
@@ -59,29 +60,32 @@ class PromptSettings:
     template: str = "chat"
 
     def validate(self) -> PromptSettings:
-        """Raise :class:`UsageError` for settings that cannot make a prompt set."""
+        """Raise :class:`ConfigError` naming the field of settings that cannot make a prompt set."""
         if self.L < 1:
-            raise UsageError(f"L must be >= 1, got {self.L}")
+            raise ConfigError("L", f"{{L}} must be >= 1, got {self.L}")
         if not self.counts:
-            raise UsageError("counts must not be empty")
+            raise ConfigError("counts", "{counts} must not be empty")
         if min(self.counts) < 0 or max(self.counts) > self.L:
-            raise UsageError(f"counts must lie in 0..{self.L} (at most L), got {min(self.counts)}..{max(self.counts)}")
+            raise ConfigError("counts", f"{{counts}} must lie in 0..{self.L} (at most {{L}}), got "
+                                        f"{min(self.counts)}..{max(self.counts)}", also=("L",))
         if len(set(self.counts)) != len(self.counts):
-            raise UsageError("counts holds a repeated count; list each count once")
+            raise ConfigError("counts", "{counts} holds a repeated count; list each count once")
         if self.per_count < 1:
-            raise UsageError(f"per_count must be >= 1, got {self.per_count}")
+            raise ConfigError("per_count", f"{{per_count}} must be >= 1, got {self.per_count}")
         if not self.pairs:
-            raise UsageError("pairs must name at least one target/distractor pair")
+            raise ConfigError("pairs", "{pairs} must name at least one target/distractor pair")
         for pair in self.pairs:
             if len(pair) != 2 or not all(pair) or pair[0] == pair[1]:
-                raise UsageError(f"a pair is two different items like cat/dog, got {'/'.join(pair)!r}")
+                raise ConfigError("pairs", "{pairs}: a pair is two different items like cat/dog, got "
+                                           + literal(repr("/".join(pair))))
         unknown = [c for c in self.configs if c not in CONFIGURATIONS]
         if unknown or not self.configs:
-            raise UsageError(f"configs must be among {', '.join(CONFIGURATIONS)}, got {', '.join(unknown) or 'none'}")
+            raise ConfigError("configs", f"{{configs}} must be among {', '.join(CONFIGURATIONS)}, got "
+                                         + literal(", ".join(unknown) or "none"))
         if not self.seeds:
-            raise UsageError("seeds must not be empty")
+            raise ConfigError("seeds", "{seeds} must not be empty")
         if self.template not in TEMPLATES:
-            raise UsageError(f'template must be "chat" or "plain", got {self.template!r}')
+            raise ConfigError("template", '{template} must be "chat" or "plain", got ' + literal(repr(self.template)))
         return self
 
     def to_dict(self) -> dict:
@@ -118,6 +122,8 @@ class Prompt:
         return len(self.ids) - 1
 
 
+
+
 def pair_name(pair) -> str:
     return f"{pair[0]}/{pair[1]}"
 
@@ -130,10 +136,11 @@ def parse_pairs(text: str) -> list[list[str]]:
             continue
         items = part.split("/")
         if len(items) != 2 or not all(i.strip() for i in items):
-            raise UsageError(f"pairs takes target/distractor items like a/b,cat/dog, got {part!r}")
+            raise ConfigError("pairs", "{pairs} takes target/distractor items like a/b,cat/dog, got "
+                                       + literal(repr(part)))
         pairs.append([items[0].strip(), items[1].strip()])
     if not pairs:
-        raise UsageError("pairs must name at least one target/distractor pair")
+        raise ConfigError("pairs", "{pairs} must name at least one target/distractor pair")
     return pairs
 
 
@@ -165,19 +172,20 @@ def render(tokenizer, instruction: str, template: str) -> tuple[str, bool, int]:
     if template == "plain":
         return PLAIN_TEMPLATE.format(instruction=instruction), True, 0
     if not getattr(tokenizer, "chat_template", None):
-        raise UsageError('the model has no chat template; pass template="plain" to use '
-                         f"{PLAIN_TEMPLATE.format(instruction='<instruction>')!r} (recorded in the capture)")
+        raise ConfigError("template", "the model has no chat template; pass {template:plain} to use "
+                                      + literal(repr(PLAIN_TEMPLATE.format(instruction="<instruction>")))
+                                      + " (recorded in the capture)")
     try:
         text = tokenizer.apply_chat_template([{"role": "user", "content": instruction}], tokenize=False,
                                              add_generation_prompt=True)
     except Exception as exc:  # noqa: BLE001 - a template may raise anything (jinja's raise_exception)
-        raise UsageError(f"the model's chat template refuses a single user message ({_first_line(exc)}); "
-                         'pass template="plain"') from None
+        raise ConfigError("template", "the model's chat template refuses a single user message ("
+                                      + literal(_first_line(exc)) + "); pass {template:plain}") from None
     # The chat template already holds the special tokens (apply_chat_template(tokenize=True) does the same).
     start = text.find(instruction)
     if start < 0:
-        raise UsageError("the model's chat template rewrites the user message, so its items cannot be located; "
-                         'pass template="plain"')
+        raise ConfigError("template", "the model's chat template rewrites the user message, so its items "
+                                      "cannot be located; pass {template:plain}")
     return text, False, start
 
 
@@ -271,7 +279,8 @@ def build_prompts(tokenizer, settings: PromptSettings) -> list[Prompt]:
 
     Every item must be one token of its own, giving ``n`` target and ``m`` distractor tokens; the text after
     the user's message (the generation prompt) and the boundary token must be the same for every prompt.
-    Raises :class:`UsageError` otherwise (naming the default pairs that do work for a pair that does not).
+    Raises :class:`ConfigError` (``pairs`` or ``template``) otherwise, naming the default pairs that do
+    work for a pair that does not.
     """
     settings.validate()
     for pair in settings.pairs:
@@ -281,8 +290,8 @@ def build_prompts(tokenizer, settings: PromptSettings) -> list[Prompt]:
                        if pair_problem(tokenizer, p, settings.configs, settings.template) is None]
             hint = (f"of the defaults, {', '.join(working)} work for this model" if working
                     else "none of the defaults works for this model")
-            raise UsageError(f"pair {pair_name(pair)} is not one token per item for this model: {problem}; "
-                             f"{hint}; choose other pairs")
+            raise ConfigError("pairs", literal(f"pair {pair_name(pair)} is not one token per item for this "
+                                               f"model: {problem}; {hint}") + "; choose other {pairs}")
     prompts: list[Prompt] = []
     ending: str | None = None
     for seed in settings.seeds:
@@ -299,20 +308,22 @@ def build_prompts(tokenizer, settings: PromptSettings) -> list[Prompt]:
                 for (n, items, text, spans, tail), ids, offsets in zip(rendered, *encoded, strict=True):
                     ending = tail if ending is None else ending
                     if tail != ending:
-                        raise UsageError(f"the chat template ends prompts differently after the user's message "
-                                         f'({ending!r} vs {tail!r}); pass template="plain"')
+                        raise ConfigError("template", "the chat template ends prompts differently after the "
+                                          f"user's message ({literal(repr(ending))} vs {literal(repr(tail))}); "
+                                          "pass {template:plain}")
                     positions, problem = _check_items(tokenizer, text, ids, offsets, spans, items)
                     if problem:
-                        raise UsageError(f"pair {pair_name(pair)} in the prompt n={n}, m={len(items) - n}, "
-                                         f"config {config}, seed {seed}: {problem}; it merges with a neighbour "
-                                         "here though not everywhere; choose other pairs")
+                        raise ConfigError("pairs", literal(f"pair {pair_name(pair)} in the prompt n={n}, "
+                                                           f"m={len(items) - n}, config {config}, seed {seed}: "
+                                                           f"{problem}") + "; it merges with a neighbour here "
+                                          "though not everywhere; choose other {pairs}")
                     prompts.append(Prompt(n=n, m=len(items) - n, pair=pair_name(pair), config=config, seed=seed,
                                           prompt=text, ids=ids,
                                           first_item_index=int(positions[0]) if len(positions) else -1,
                                           last_item_index=int(positions[-1]) if len(positions) else -1))
     if len({p.ids[-1] for p in prompts}) != 1:
-        raise UsageError("prompts end in different boundary tokens; the chat template does not end the same way "
-                         'for every prompt; pass template="plain"')
+        raise ConfigError("template", "prompts end in different boundary tokens; the chat template does not end "
+                                      "the same way for every prompt; pass {template:plain}")
     return prompts
 
 

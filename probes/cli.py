@@ -11,12 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from countlens.core.args import HelpFormatter, parse_float_list, parse_int_list, reword
-from countlens.core.errors import UsageError
+from countlens.core.args import HelpFormatter, parse_float_list, parse_int_list
+from countlens.core.errors import UsageError, about
 from countlens.core.io import read_json
-
-_FLAGS = {"blas_threads": "--blas-threads", "alphas": "--alphas", "seeds": "--seeds", "fractions": "--split", "classifier_C": "--classifier-C",
-          "figure_locations": "--figure-locations", "location": "--location", "locations": "--locations"}
 
 _RUN_DESCRIPTION = """\
 Fit ridge probes of the count on the boundary vector at every location: the whole alpha grid from one
@@ -66,14 +63,6 @@ def _split(text: str) -> tuple[float, float, float]:
     return parts
 
 
-def _config(cls, **fields):
-    """Build a config, its validation errors worded as flags."""
-    try:
-        return cls(**fields)
-    except UsageError as exc:
-        raise reword(exc, _FLAGS) from None
-
-
 def register(subparsers) -> None:
     from countlens.probes.experiments import DEFAULT_BLAS_THREADS, DEFAULT_SEEDS, DEFAULT_SWEEP_ALPHA_GRID
     from countlens.probes.ridge import DEFAULT_ALPHA_GRID
@@ -99,7 +88,7 @@ def register(subparsers) -> None:
                         help="ridge penalties on the standardised design: lo:hi:count log grid or comma list "
                              f"(default: {_grid_text(DEFAULT_ALPHA_GRID)})")
     parser.add_argument("--seeds", default=seeds_text, help="split seeds, comma-separated")
-    parser.add_argument("--split", default=split_text, help="train,validation,test fractions")
+    parser.add_argument("--split", dest="fractions", default=split_text, help="train,validation,test fractions")
     parser.add_argument("--no-standardize", dest="standardize", action="store_false",
                         help="fit on raw activations instead of per-dimension z-scores (default: standardise)")
     parser.add_argument("--classifier", action="store_true",
@@ -111,8 +100,8 @@ def register(subparsers) -> None:
     parser.add_argument("--figure-locations", default=None,
                         help="locations drawn in Figure 7 (default: the best by validation accuracy)")
     parser.add_argument("--blas-threads", type=int, default=DEFAULT_BLAS_THREADS,
-                        help="BLAS threads for each location's decompositions, 0 = the process default (one is "
-                             "as fast on an idle machine and far faster on a busy one: BENCHMARKS.md)")
+                        help="BLAS threads for each location's decompositions, 0 = the process default "
+                             "(BENCHMARKS.md measures why one)")
     parser.set_defaults(func=cmd_probe)
     sub = parser.add_subparsers(dest="probe_command", metavar="{sweep,toy-acts,redraw}",
                                 parser_class=type(parser))
@@ -130,7 +119,7 @@ def register(subparsers) -> None:
     sweep.add_argument("--alphas", default=argparse.SUPPRESS,
                        help=f"lo:hi:count log grid or comma list (default: {_grid_text(DEFAULT_SWEEP_ALPHA_GRID)})")
     sweep.add_argument("--seeds", default=argparse.SUPPRESS, help=f"split seeds (default: {seeds_text})")
-    sweep.add_argument("--split", default=argparse.SUPPRESS,
+    sweep.add_argument("--split", dest="fractions", default=argparse.SUPPRESS,
                        help=f"train,validation,test fractions (default: {split_text})")
     sweep.add_argument("--no-standardize", dest="standardize", action="store_false", default=argparse.SUPPRESS,
                        help="fit on raw activations instead of per-dimension z-scores (default: standardise)")
@@ -174,16 +163,12 @@ def cmd_probe(args) -> int:
 
     _require(args, "acts", "out")
     classifier_C = parse_float_list(args.classifier_C, "--classifier-C")
-    config = _config(ProbeConfig, acts=args.acts, locations=args.locations,
-                     alphas=_alphas(args.alphas, DEFAULT_ALPHAS), seeds=parse_int_list(args.seeds, "--seeds"),
-                     fractions=_split(args.split), standardize=args.standardize,
-                     classifier_C=classifier_C if args.classifier else None, figure_locations=args.figure_locations,
-                     blas_threads=args.blas_threads or None)
+    config = ProbeConfig(acts=args.acts, locations=args.locations, alphas=_alphas(args.alphas, DEFAULT_ALPHAS),
+                         seeds=parse_int_list(args.seeds, "--seeds"), fractions=_split(args.fractions),
+                         standardize=args.standardize, classifier_C=classifier_C if args.classifier else None,
+                         figure_locations=args.figure_locations, blas_threads=args.blas_threads or None)
     out = Path(args.out)
-    try:
-        result = run_probes(config, resume_dir=out / "partial", progress=True)
-    except UsageError as exc:
-        raise reword(exc, {"figure_locations": "--figure-locations"}) from None
+    result = run_probes(config, resume_dir=out / "partial", progress=True)
     result.save(out)
     draw_probes(result, out)
     print(result.summary())
@@ -196,10 +181,9 @@ def cmd_sweep(args) -> int:
     from countlens.probes.figures import draw_sweep
 
     _require(args, "acts", "out")
-    config = _config(SweepConfig, acts=args.acts, location=args.location,
-                     alphas=_alphas(args.alphas, DEFAULT_SWEEP_ALPHAS), seeds=parse_int_list(args.seeds, "--seeds"),
-                     fractions=_split(args.split), standardize=args.standardize,
-                     blas_threads=args.blas_threads or None)
+    config = SweepConfig(acts=args.acts, location=args.location, alphas=_alphas(args.alphas, DEFAULT_SWEEP_ALPHAS),
+                         seeds=parse_int_list(args.seeds, "--seeds"), fractions=_split(args.fractions),
+                         standardize=args.standardize, blas_threads=args.blas_threads or None)
     result = run_sweep(config)
     out = Path(args.out)
     result.save(out)
@@ -210,11 +194,14 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_toy_acts(args) -> int:
-    from countlens.toy.export import export_toy_activations, toy_params_from_json
+    from countlens.toy.export import export_toy_activations
+    from countlens.toy.model import read_params
 
     _require(args, "out")
-    cfg, params = toy_params_from_json(read_json(args.params, "parameter file"), L=args.L)
-    out = export_toy_activations(cfg, params, args.out, L=cfg.L, seed=args.seed, progress=True)
+    with about("params"):
+        file = read_params(read_json(args.params, "parameter file"), L=args.L)
+    cfg = file.cfg
+    out = export_toy_activations(cfg, file.params, args.out, L=cfg.L, seed=args.seed, progress=True)
     print(f"wrote toy representations ({cfg.variant}, d={cfg.d}, L={cfg.L}) to {out}")
     return 0
 
@@ -223,7 +210,8 @@ def cmd_redraw(args) -> int:
     from countlens.probes.experiments import ProbeResult, SweepResult
     from countlens.probes.figures import draw_probes, draw_sweep
 
-    data = read_json(args.result, "result file")
+    with about("result"):
+        data = read_json(args.result, "result file")
     out = Path(args.out) if getattr(args, "out", None) else Path(args.result).parent
     if isinstance(data, dict) and "location_index" in data:
         draw_sweep(SweepResult.from_dict(data), out)

@@ -19,21 +19,19 @@ selection: it draws the trade-off, it does not pick a probe).
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from countlens.core.cache import ResultCache
-from countlens.core.errors import UsageError
-from countlens.core.io import provenance, write_csv_atomic, write_json_atomic
+from countlens.core.errors import ConfigError, UsageError, about
 from countlens.core.locations import first_block_location, location_label, resolve_location, resolve_locations
+from countlens.core.results import Result, result_provenance
 from countlens.core.store import acts_array, capture_meta, column, load_capture
 from countlens.core.threads import blas_threads
+from countlens.probes.classifier import classifier_grid, fit_classifier_probe
 from countlens.probes.metrics import (
     binned_accuracy,
     control_labels,
@@ -49,7 +47,6 @@ from countlens.probes.ridge import (
     log_grid,
     native_ridge_path,
     ridge_path,
-    standardisation,
 )
 from countlens.probes.splits import DEFAULT_FRACTIONS, split_rows
 
@@ -59,9 +56,11 @@ from countlens.probes.splits import DEFAULT_FRACTIONS, split_rows
 DEFAULT_SWEEP_ALPHA_GRID = (1e-6, 1e6, 49)
 DEFAULT_SWEEP_ALPHAS = log_grid(*DEFAULT_SWEEP_ALPHA_GRID)
 DEFAULT_SEEDS = (0, 1, 2)
-# One BLAS thread per location's decompositions: as fast as the default threads on an idle 2-core machine
-# and many times faster when other processes use the cores (bench/bench_probe_threads.py, BENCHMARKS.md).
+# One BLAS thread per location's decompositions: the decompositions are small, and other processes on a
+# shared machine compete for the cores (bench/bench_probe_threads.py; BENCHMARKS.md has the timings).
 DEFAULT_BLAS_THREADS = 1
+SELECTION = "validation rounded accuracy, ties by validation MSE; scored on the test split"
+BEHAVIOUR_DEFINITION = "exact accuracy of the model's greedy answer, parsed by countlens.llm.answers"
 
 
 # ----------------------------------------------------------------------------------------------- inputs
@@ -105,23 +104,33 @@ def load_probe_data(acts_dir: str | os.PathLike) -> ProbeData:
     return ProbeData(str(acts_dir), meta, locations, n, acts, answer)
 
 
+def _numbers(config, name: str, kind: type) -> tuple:
+    """The field ``name`` of ``config`` as a tuple of ``kind``; a :class:`ConfigError` when it is not."""
+    try:
+        return tuple(kind(v) for v in np.atleast_1d(np.asarray(getattr(config, name), dtype=object)))
+    except (TypeError, ValueError):
+        shown = repr(getattr(config, name)).replace("{", "{{").replace("}", "}}")
+        raise ConfigError(name, f"{{{name}}} must be numbers, got {shown}") from None
+
+
 def _check_common(config) -> None:
     """Normalise and check the fields both configs share (errors name the config fields)."""
-    config.alphas = tuple(sorted(float(a) for a in np.atleast_1d(config.alphas)))
-    config.seeds = tuple(int(s) for s in config.seeds)
-    config.fractions = tuple(float(f) for f in config.fractions)
+    config.alphas = tuple(sorted(_numbers(config, "alphas", float)))
+    config.seeds = _numbers(config, "seeds", int)
+    config.fractions = _numbers(config, "fractions", float)
     values = np.asarray(config.alphas, dtype=np.float64)
     if values.size == 0:
-        raise UsageError("alphas must not be empty")
+        raise ConfigError("alphas", "{alphas} must not be empty")
     if not np.all(np.isfinite(values)) or np.any(values < 0):
-        raise UsageError(f"alphas must be finite and >= 0, got {values.tolist()}")
+        raise ConfigError("alphas", f"{{alphas}} must be finite and >= 0, got {values.tolist()}")
     if not config.seeds:
-        raise UsageError("seeds must not be empty")
+        raise ConfigError("seeds", "{seeds} must not be empty")
     if config.blas_threads is not None and int(config.blas_threads) < 1:
-        raise UsageError(f"blas_threads must be >= 1 (or None for the process default), got {config.blas_threads}")
+        raise ConfigError("blas_threads", "{blas_threads} must be a positive number of threads (or the process "
+                                          f"default), got {config.blas_threads}")
     if len(config.fractions) != 3 or config.fractions[2] <= 0:
-        raise UsageError(f"fractions must be three train, validation, test fractions with test > 0, got "
-                         f"{config.fractions}")
+        raise ConfigError("fractions", "{fractions} must be three train, validation, test fractions with test > 0, "
+                                       f"got {list(config.fractions)}")
     split_rows(10**6, 0, config.fractions)  # the fractions themselves (sizes are checked against the data later)
 
 
@@ -155,12 +164,10 @@ class ProbeConfig:
 
     def __post_init__(self) -> None:
         _check_common(self)
-        if self.bin_width < 1:
-            raise UsageError(f"bin_width must be >= 1, got {self.bin_width}")
+        if int(self.bin_width) < 1:
+            raise ConfigError("bin_width", f"{{bin_width}} must be >= 1, got {self.bin_width}")
         if self.classifier_C is not None:
             self.classifier_C = tuple(classifier_grid(self.classifier_C))
-            if not self.classifier_C or not all(math.isfinite(c) and c > 0 for c in self.classifier_C):
-                raise UsageError(f"classifier_C values must be > 0, got {list(self.classifier_C)}")
 
 
 @dataclass
@@ -223,17 +230,33 @@ class LocationProbes:
 
 
 @dataclass
-class ProbeResult:
-    """``countlens probe``: validation-selected ridge probes per location and seed (``probes.json``)."""
+class Behaviour:
+    """The model's own zero-shot answers on every row of the capture: exact accuracy (parsed answer ==
+    count, an unparsed answer counting as wrong) overall and per count range (the probes' bins), and the
+    share of answers that parse."""
+
+    accuracy: float
+    parsed: float
+    rows: int
+    binned: list[dict[str, Any]]  # lo, hi, accuracy (None: no row), rows
+    definition: str = BEHAVIOUR_DEFINITION
+
+
+@dataclass
+class ProbeResult(Result):
+    """``countlens probe``: validation-selected ridge probes per location and seed (``probes.json``, and
+    ``probes.csv`` with one row per location and seed). ``config`` is the protocol as run: the probed
+    locations by name, the split sizes, the selection rule and the control task."""
+
+    FILE: ClassVar[str] = "probes.json"
+    COMMAND: ClassVar[str] = "countlens probe"
 
     config: dict[str, Any]
     source: dict[str, Any]
     alphas: list[float]
     locations: list[LocationProbes]
     provenance: dict[str, Any] = field(default_factory=dict)
-    # The model's own zero-shot answers on every row of the capture (when it holds them): exact accuracy
-    # overall and per count range (the probes' bins), an unparsed answer counting as wrong.
-    behaviour: dict[str, Any] | None = None
+    behaviour: Behaviour | None = None  # when the capture holds the model's answers
 
     def best_location(self) -> LocationProbes:
         """The location with the highest mean *validation* rounded accuracy (test scores are not used)."""
@@ -251,9 +274,8 @@ class ProbeResult:
         out["best_location"] = self.best_location().name if self.locations else None
         return out
 
-    def save(self, folder: str | os.PathLike) -> list[Path]:
-        """``probes.json`` (with provenance) and ``probes.csv`` (one row per location and seed)."""
-        folder = Path(folder)
+    def tables(self) -> dict[str, tuple[list[str], list[list[Any]]]]:
+        """``probes.csv``: one row per location and seed."""
         header = ["location", "index", "seed", "alpha", "alpha_rel", "val_rounded_acc", "test_rounded_acc",
                   "r2", "mae", "coef_norm", "classifier_test_acc", "classifier_class_norm_max"]
         rows = []
@@ -264,8 +286,11 @@ class ProbeResult:
                 rows.append([loc.name, loc.index, f.seed, f"{f.alpha:.6g}", f"{f.alpha_rel:.6g}",
                              f"{f.val_rounded_acc:.6f}", f"{f.test_rounded_acc:.6f}", f"{f.r2:.6f}", f"{f.mae:.6f}",
                              f"{f.coef_norm:.6g}", *clf])
-        return [write_json_atomic(folder / "probes.json", self.to_dict()),
-                write_csv_atomic(folder / "probes.csv", header, rows)]
+        return {"probes.csv": (header, rows)}
+
+    @classmethod
+    def file_names(cls) -> tuple[str, ...]:
+        return (cls.FILE, "probes.csv")
 
     def summary(self) -> str:
         """One console line: what was probed and the validation-selected best location's test accuracy."""
@@ -276,18 +301,6 @@ class ProbeResult:
                 f"{self.source['rows']} rows (train/validation/test {sizes.get('train')}/"
                 f"{sizes.get('validation')}/{sizes.get('test')}); best by validation: {best.name} "
                 f"({location_label(best.name)}; test rounded accuracy {mean:.3f} [{lo:.3f}, {hi:.3f}])")
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ProbeResult:
-        fit_keys = {f.name for f in dataclasses.fields(ProbeFit)}
-        try:
-            locations = [LocationProbes(loc["name"], int(loc["index"]),
-                                        [ProbeFit(**{k: v for k, v in f.items() if k in fit_keys})
-                                         for f in loc["fits"]]) for loc in data["locations"]]
-            return cls(data["config"], data["source"], list(data["alphas"]), locations,
-                       data.get("provenance", {}), data.get("behaviour"))
-        except (KeyError, TypeError) as exc:
-            raise UsageError(f"not a probes.json written by `countlens probe` ({exc})") from None
 
 
 def fit_probe(X: np.ndarray, y: np.ndarray, splits, alphas: np.ndarray, seed: int, standardize: bool = True,
@@ -320,62 +333,12 @@ def control_accuracy(X: np.ndarray, y: np.ndarray, splits, alphas: np.ndarray, c
     return rounded_accuracy(labels[test], probe.predict(X[test]))
 
 
-def fit_classifier_probe(X: np.ndarray, y: np.ndarray, splits, C: float | Sequence[float] = 1.0,
-                         standardize: bool = True, max_iter: int = 1000) -> dict[str, Any]:
-    """The classification read-out the paper compares in the toy: multinomial logistic regression over the
-    counts seen in training (``sklearn.linear_model.LogisticRegression``, L2 penalty with inverse strength
-    ``C``, lbfgs), on standardised inputs. X: (rows, d), y: (rows,) integer counts.
-
-    ``C`` may be a grid: one classifier per value on the training rows, the one with the highest validation
-    accuracy kept (ties: the smaller C, i.e. the stronger penalty), as α is chosen for the ridge probe.
-    Returns the selected ``C``, the grid and its validation accuracies (``C_grid``, ``val_acc_path``),
-    validation and test accuracy (argmax over classes; a count absent from training is always wrong), the
-    largest native ℓ2 norm of a class vector ``u_k`` and the largest ``|c_k|`` (both in the activations' own
-    coordinates), the number of classes and whether lbfgs converged.
-    """
-    import warnings
-
-    from sklearn.exceptions import ConvergenceWarning
-    from sklearn.linear_model import LogisticRegression
-
-    grid = classifier_grid(C)
-    if not grid or not all(np.isfinite(c) and c > 0 for c in grid):
-        raise ValueError(f"classifier C values must be finite and > 0, got {C}")
-    train, val, test = splits
-    mean, scale = standardisation(X[train]) if standardize else (np.zeros(X.shape[1]), np.ones(X.shape[1]))
-
-    def accuracy(rows: np.ndarray, classes: np.ndarray, U: np.ndarray, c: np.ndarray) -> float:
-        return float(np.mean(classes[np.argmax(X[rows] @ U.T + c, axis=1)] == y[rows]))
-
-    fitted = []  # (validation accuracy, C, classifier, U, c) per C
-    for c_value in grid:
-        clf = LogisticRegression(C=c_value, max_iter=max_iter)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)  # reported as "converged" instead
-            clf.fit((X[train] - mean) / scale, y[train].astype(int))
-        U = clf.coef_ / scale  # (classes, d): scores = X @ U.T + c in native coordinates
-        c = clf.intercept_ - U @ mean  # (classes,)
-        if len(clf.classes_) == 2:  # sklearn stores one vector for two classes; scores are ±half of it
-            U, c = np.vstack([-U[0] / 2, U[0] / 2]), np.array([-c[0] / 2, c[0] / 2])
-        fitted.append((accuracy(val, clf.classes_, U, c), c_value, clf, U, c))
-    val_path = [f[0] for f in fitted]
-    val_acc, c_value, clf, U, c = fitted[int(np.argmax(val_path))]  # first maximum = smallest C among ties
-    return {"C": c_value, "C_grid": grid, "val_acc_path": val_path, "val_acc": val_acc,
-            "test_acc": accuracy(test, clf.classes_, U, c),
-            "class_norm_max": float(np.linalg.norm(U, axis=1).max()), "bias_abs_max": float(np.abs(c).max()),
-            "classes": int(len(clf.classes_)), "converged": bool(np.all(clf.n_iter_ < max_iter))}
-
-
-def classifier_grid(C: float | Sequence[float]) -> list[float]:
-    """The classifier's C values as one sorted list without repeats (one value or a grid)."""
-    return sorted({float(c) for c in np.atleast_1d(C)})
-
-
-def run_probes(config: ProbeConfig, data: ProbeData | None = None, resume_dir: str | os.PathLike | None = None,
-               progress: bool = False) -> ProbeResult:
+def run_probes(config: ProbeConfig, data: ProbeData | None = None, *,
+               resume_dir: str | os.PathLike | None = None, progress: bool = False) -> ProbeResult:
     """Validation-selected probes at each location of ``config.locations`` for each split seed; with
-    ``config.classifier_C`` also the multinomial classification read-out (:func:`fit_classifier_probe`) on
-    the same splits. ``data``: the loaded capture (default: :func:`load_probe_data` of ``config.acts``).
+    ``config.classifier_C`` also the multinomial classification read-out
+    (:func:`countlens.probes.classifier.fit_classifier_probe`) on the same splits. ``data``: the loaded
+    capture (default: :func:`load_probe_data` of ``config.acts``).
 
     With ``resume_dir`` every finished location is kept there (a :class:`countlens.core.cache.ResultCache`) and
     reused by a rerun with the same configuration on the same capture, so an interrupted run resumes; the
@@ -383,22 +346,27 @@ def run_probes(config: ProbeConfig, data: ProbeData | None = None, resume_dir: s
     """
     from tqdm.auto import tqdm
 
-    data = load_probe_data(config.acts) if data is None else data
-    indices = resolve_locations(data.locations, config.locations)
+    if data is None:
+        with about("acts"):
+            data = load_probe_data(config.acts)
+    with about("locations"):
+        indices = resolve_locations(data.locations, config.locations)
+    probed = [data.locations[i] for i in indices]
     shown = None
     if config.figure_locations is not None:
-        shown = [data.locations[i] for i in resolve_locations(data.locations, config.figure_locations)]
-        missing = [name for name in shown if name not in [data.locations[i] for i in indices]]
+        with about("figure_locations"):
+            shown = [data.locations[i] for i in resolve_locations(data.locations, config.figure_locations)]
+        missing = [name for name in shown if name not in probed]
         if missing:
-            raise UsageError(f"figure_locations {', '.join(missing)} not among the probed locations")
+            raise ConfigError("figure_locations", f"{{figure_locations}} {', '.join(missing)} not among the "
+                                                  "probed locations ({locations})", also=("locations",))
     alphas = np.asarray(config.alphas, dtype=np.float64)
     splits = {s: split_rows(len(data.n), s, config.fractions) for s in config.seeds}
     bins = count_bins(data.n, config.bin_width, config.bin_start)
-    recorded = {"acts": str(config.acts), "locations": [data.locations[i] for i in indices],
+    protocol = {"acts": str(config.acts), "locations": probed,
                 "alphas": alphas.tolist(), "seeds": list(config.seeds), "fractions": list(config.fractions),
                 "standardize": config.standardize, "bin_width": config.bin_width, "bin_start": config.bin_start,
-                "selection": "validation rounded accuracy, ties by validation MSE; scored on the test split",
-                "rows": "all rows, IID by row",
+                "selection": SELECTION, "rows": "all rows, IID by row",
                 "split_sizes": dict(zip(("train", "validation", "test"),
                                         map(len, splits[config.seeds[0]]), strict=True)),
                 "classifier_C": None if config.classifier_C is None else list(config.classifier_C),
@@ -409,7 +377,7 @@ def run_probes(config: ProbeConfig, data: ProbeData | None = None, resume_dir: s
     # never mixed with old results.
     data_key = {"settings": data.meta.get("settings"), "rows": len(data.n), "n_sum": float(data.n.sum()),
                 "shape": list(data.acts.shape)}
-    run_key = {**{k: v for k, v in recorded.items()
+    run_key = {**{k: v for k, v in protocol.items()
                   if k not in ("acts", "locations", "figure_locations", "blas_threads")},
                "data": data_key}
     cache = ResultCache(resume_dir, "location")
@@ -433,19 +401,18 @@ def run_probes(config: ProbeConfig, data: ProbeData | None = None, resume_dir: s
             saved = cache.get_or_run({**run_key, "location": index}, lambda index=index: fit_location(index))
         results.append(LocationProbes(saved["name"], int(saved["index"]), [ProbeFit(**f) for f in saved["fits"]]))
     cache.clear()
-    return ProbeResult(recorded, _source(data), alphas.tolist(), results, provenance(recorded),
+    return ProbeResult(protocol, _source(data), alphas.tolist(), results, result_provenance(config),
                        behaviour_accuracy(data.n, data.answer, bins))
 
 
-def behaviour_accuracy(n: np.ndarray, answer: np.ndarray | None, bins) -> dict[str, Any] | None:
+def behaviour_accuracy(n: np.ndarray, answer: np.ndarray | None, bins) -> Behaviour | None:
     """The model's zero-shot exact accuracy (parsed answer == count; NaN = unparsed = wrong) on every row,
     overall and per count range of ``bins``; ``None`` without answers."""
     if answer is None:
         return None
     hit = np.asarray(answer, dtype=np.float64) == np.asarray(n, dtype=np.float64)
-    return {"accuracy": float(hit.mean()), "parsed": float(np.mean(np.isfinite(answer))), "rows": int(len(n)),
-            "binned": binned_accuracy(n, np.where(np.isfinite(answer), answer, -1.0), bins),
-            "definition": "exact accuracy of the model's greedy answer, parsed by countlens.llm.answers"}
+    return Behaviour(accuracy=float(hit.mean()), parsed=float(np.mean(np.isfinite(answer))), rows=int(len(n)),
+                     binned=binned_accuracy(n, np.where(np.isfinite(answer), answer, -1.0), bins))
 
 
 def _source(data: ProbeData) -> dict[str, Any]:
@@ -471,8 +438,12 @@ class SweepSeed:
 
 
 @dataclass
-class SweepResult:
-    """``countlens probe sweep``: native norm vs held-out rounded accuracy along the α grid (Figure 8)."""
+class SweepResult(Result):
+    """``countlens probe sweep``: native norm vs held-out rounded accuracy along the α grid (Figure 8,
+    ``sweep.json``). ``config`` is the protocol as run (the location by name, the held-out split)."""
+
+    FILE: ClassVar[str] = "sweep.json"
+    COMMAND: ClassVar[str] = "countlens probe sweep"
 
     config: dict[str, Any]
     source: dict[str, Any]
@@ -481,25 +452,10 @@ class SweepResult:
     seeds: list[SweepSeed]
     provenance: dict[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def save(self, folder: str | os.PathLike) -> list[Path]:
-        """``sweep.json`` (with provenance)."""
-        return [write_json_atomic(Path(folder) / "sweep.json", self.to_dict())]
-
     def summary(self) -> str:
         stars = ", ".join(f"{s.unregularised_norm:.3g} (acc {s.unregularised_acc:.3f})" for s in self.seeds)
         return (f"swept {len(self.seeds[0].alphas)} alphas x {len(self.seeds)} seed(s) at {self.location} "
                 f"({location_label(self.location)}); unregularised norms: {stars}")
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SweepResult:
-        try:
-            return cls(data["config"], data["source"], data["location"], int(data["location_index"]),
-                       [SweepSeed(**s) for s in data["seeds"]], data.get("provenance", {}))
-        except (KeyError, TypeError) as exc:
-            raise UsageError(f"not a sweep.json written by `countlens probe sweep` ({exc})") from None
 
 
 def sweep_seed(X: np.ndarray, y: np.ndarray, splits, alphas: np.ndarray, seed: int,
@@ -521,21 +477,25 @@ def sweep_seed(X: np.ndarray, y: np.ndarray, splits, alphas: np.ndarray, seed: i
 
 def run_sweep(config: SweepConfig, data: ProbeData | None = None) -> SweepResult:
     """Figure 8 at one location: every α's probe and the unregularised one, for each split seed."""
-    data = load_probe_data(config.acts) if data is None else data
-    index = (first_block_location(data.locations) if config.location is None
-             else resolve_location(data.locations, config.location))
+    if data is None:
+        with about("acts"):
+            data = load_probe_data(config.acts)
+    with about("location"):
+        index = (first_block_location(data.locations) if config.location is None
+                 else resolve_location(data.locations, config.location))
     X = data.X(index)
     alphas = np.asarray(config.alphas, dtype=np.float64)
-    recorded = {"acts": str(config.acts), "location": data.locations[index], "alphas": alphas.tolist(),
+    protocol = {"acts": str(config.acts), "location": data.locations[index], "alphas": alphas.tolist(),
                 "seeds": list(config.seeds), "fractions": list(config.fractions), "standardize": config.standardize,
                 "heldout": "test split", "rows": "all rows, IID by row", "blas_threads": config.blas_threads}
     with blas_threads(config.blas_threads):
         per_seed = [sweep_seed(X, data.n, split_rows(len(data.n), s, config.fractions), alphas, s,
                                config.standardize) for s in config.seeds]
-    return SweepResult(recorded, _source(data), data.locations[index], int(index), per_seed, provenance(recorded))
+    return SweepResult(protocol, _source(data), data.locations[index], int(index), per_seed,
+                       result_provenance(config))
 
 
-__all__ = ["DEFAULT_BLAS_THREADS", "DEFAULT_SEEDS", "DEFAULT_SWEEP_ALPHA_GRID", "DEFAULT_SWEEP_ALPHAS", "ProbeData", "load_probe_data",
-           "ProbeConfig", "SweepConfig", "ProbeFit", "LocationProbes", "ProbeResult", "fit_probe",
-           "fit_classifier_probe", "classifier_grid", "run_probes", "SweepSeed", "SweepResult", "sweep_seed",
-           "run_sweep"]
+__all__ = ["DEFAULT_BLAS_THREADS", "DEFAULT_SEEDS", "DEFAULT_SWEEP_ALPHA_GRID", "DEFAULT_SWEEP_ALPHAS", "SELECTION",
+           "ProbeData", "load_probe_data", "ProbeConfig", "SweepConfig", "ProbeFit", "LocationProbes",
+           "Behaviour", "ProbeResult", "fit_probe", "control_accuracy", "run_probes", "behaviour_accuracy",
+           "SweepSeed", "SweepResult", "sweep_seed", "run_sweep"]

@@ -46,8 +46,8 @@ def plot_binned_accuracy(result: ProbeResult, locations: list[str] | None = None
         ax.fill_between(centres, lo, hi, color=line.get_color(), alpha=0.2, lw=0)
         ax.set_xticks(centres, [f"{b['lo']}–{b['hi']}" if b["hi"] > b["lo"] else f"{b['lo']}" for b in bins],
                       rotation=45, ha="right", fontsize=7)
-    if result.behaviour:
-        bins = result.behaviour["binned"]
+    if result.behaviour is not None:
+        bins = result.behaviour.binned
         ax.plot([(b["lo"] + b["hi"]) / 2 for b in bins],
                 [np.nan if b["accuracy"] is None else b["accuracy"] for b in bins], ls="--", marker="x", ms=4,
                 color="black", label="model's own answer (zero-shot)")
@@ -151,41 +151,41 @@ def draw_sweep(result: SweepResult, folder: str | os.PathLike) -> list[Path]:
 
 # ----------------------------------------------------------------------- report views
 
-def _fractions(page: Page, rel: str) -> str:
-    if not page.has(rel, "config", "fractions"):
+def _fractions(page: Page, rel: str, config: dict) -> str:
+    """The split a result's ``config`` block records, as value spans (empty when it records none)."""
+    if "fractions" not in config:
         return ""
     sizes = (f"; rows {page.v(rel, 'config', 'split_sizes', 'train')} / "
              f"{page.v(rel, 'config', 'split_sizes', 'validation')} / {page.v(rel, 'config', 'split_sizes', 'test')}"
-             if page.has(rel, "config", "split_sizes", "test") else "")
+             if "test" in (config.get("split_sizes") or {}) else "")
     return (f" (train / validation / test fractions {page.v(rel, 'config', 'fractions', 0)} / "
             f"{page.v(rel, 'config', 'fractions', 1)} / {page.v(rel, 'config', 'fractions', 2)}{sizes})")
 
 
-
-
 def probe_view(page: Page, s: Section) -> None:
-    rel = s.rel
-    locs = s.data.get("locations", [])
+    """The report's part for a :class:`ProbeResult` (``s.result``): protocol, best location, every fit."""
+    rel, result = s.rel, s.result
     cols = ("alpha", "val_rounded_acc", "test_rounded_acc", "r2", "coef_norm", "control_test_rounded_acc",
             "selectivity")
     rows = []
-    for i, loc in enumerate(locs):
-        for j, fit in enumerate(loc.get("fits", [])):
-            rows.append([location_cell(page, rel, "locations", i), page.v(rel, "locations", i, "fits", j, "seed")]
-                        + [page.v(rel, "locations", i, "fits", j, c) if c in fit else "—" for c in cols])
+    for i, loc in enumerate(result.locations):
+        for j in range(len(loc.fits)):
+            fit = ("locations", i, "fits", j)
+            rows.append([location_cell(page, rel, "locations", i), page.v(rel, *fit, "seed")]
+                        + [page.v_or_dash(rel, *fit, c) for c in cols])
     page.caption(
         "Protocol: per location and split seed, every α of the grid is fitted on the training rows, α is "
-        f"selected by validation rounded accuracy and the selected probe is scored on the test rows{_fractions(page, rel)}. "
+        f"selected by validation rounded accuracy and the selected probe is scored on the test rows"
+        f"{_fractions(page, rel, result.config)}. "
         f"The α grid: {page.values(rel, 'alphas', limit=3)}. Figure 7 bins the test accuracy by count.")
-    best = s.data.get("best_location")
-    if best is not None:
-        index = next((i for i, loc in enumerate(locs) if loc.get("name") == best), None)
-        label = location_cell(page, rel, "locations", index) if index is not None else page.v(rel, "best_location")
-        page.add(f"<p>Best location by validation accuracy: {label} ({page.v(rel, 'best_location')}).</p>")
+    if result.locations:
+        index = result.locations.index(result.best_location())
+        page.add(f"<p>Best location by validation accuracy: {location_cell(page, rel, 'locations', index)} "
+                 f"({page.v(rel, 'best_location')}).</p>")
     page.add("<details><summary>Selected probe per location and split seed</summary>"
              + table(["location", "split seed", "α", "validation rounded accuracy", "test rounded accuracy", "R²",
                       "native norm", "control-task test accuracy", "selectivity"], rows) + "</details>")
-    if page.has(rel, "behaviour", "accuracy"):
+    if result.behaviour is not None:
         page.add("<p>The model's own greedy answer (parsed by one rule: exactly one number in the answer, else "
                  f"unparsed, counted wrong) is exact on {page.v(rel, 'behaviour', 'accuracy')} of the prompts "
                  f"({page.v(rel, 'behaviour', 'parsed')} parse); Figure 7 draws it per count range beside the "
@@ -194,16 +194,16 @@ def probe_view(page: Page, s: Section) -> None:
                  "other count).</p>")
 
 
-
-
 def sweep_view(page: Page, s: Section) -> None:
+    """The report's caption for a :class:`SweepResult` (``s.result``)."""
     rel = s.rel
     page.caption(
-        f"At {page.v_or_dash(rel, 'location')}, one probe per α of the grid: its native Euclidean norm (in the "
+        f"At {page.v(rel, 'location')}, one probe per α of the grid: its native Euclidean norm (in the "
         "activations' own coordinates) against its rounded accuracy on the held-out test rows, with no "
-        f"selection{_fractions(page, rel)}. Colour is the relative ridge coefficient (α over the mean "
-        "eigenvalue of the training design's Gram matrix); black stars are the unregularised "
+        f"selection{_fractions(page, rel, s.result.config)}. Colour is the relative ridge coefficient (α over the "
+        "mean eigenvalue of the training design's Gram matrix); black stars are the unregularised "
         "(minimum-norm least-squares) probes, one per split seed.")
 
 
-__all__ = ["plot_binned_accuracy", "plot_layerwise", "plot_norm_sweep", "draw_probes", "draw_sweep"]
+__all__ = ["plot_binned_accuracy", "plot_layerwise", "plot_norm_sweep", "draw_probes", "draw_sweep", "probe_view",
+           "sweep_view"]

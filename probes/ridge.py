@@ -59,7 +59,7 @@ def _solve_svd(Xc: np.ndarray, yc: np.ndarray, alphas: np.ndarray) -> np.ndarray
     """
     # Householder QR first (Xc = Q R), then the SVD of the small R = U_r diag(s) Vᵀ: the thin SVD of Xc is
     # Q U_r, s, Vᵀ, and Q is never formed — only Qᵀ yc is needed. This is what LAPACK's gesdd does for tall
-    # matrices, minus building the (n, d) U; about twice as fast at 2,000 x 576.
+    # matrices, minus building the (n, d) U, which is the cost saved.
     Qty, R = scipy.linalg.qr_multiply(Xc, yc[None, :], mode="right")  # (1, k), (k, d)
     return _svd_coefs(R, Qty[0], alphas, max(Xc.shape))
 
@@ -125,7 +125,7 @@ def _solve_bidiag(Xc: np.ndarray, yc: np.ndarray, alphas: np.ndarray) -> np.ndar
 
 def _geqrf(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Householder QR of a Fortran-ordered float64 ``a`` (overwritten), with LAPACK's optimal workspace
-    (scipy's default minimal workspace runs the unblocked algorithm, ~2.5× slower here)."""
+    (scipy's default minimal workspace runs the unblocked algorithm, which is slower)."""
     lwork = int(scipy.linalg.lapack.dgeqrf_lwork(*a.shape)[0])
     qr, tau, _, info = scipy.linalg.lapack.dgeqrf(a, lwork=max(lwork, 1), overwrite_a=True)
     if info != 0:
@@ -214,8 +214,8 @@ def _solve_eigen_gram(Xc: np.ndarray, yc: np.ndarray, alphas: np.ndarray) -> np.
 def _solve_eigen_covariance(Xc: np.ndarray, yc: np.ndarray, alphas: np.ndarray) -> np.ndarray:
     """Ridge coefficients (A, d) from ``Xcᵀ Xc = V diag(λ) Vᵀ`` (the d × d covariance); opt-in for n >> d.
 
-    About twice as fast as the thin SVD at 2,000 x 576 (one BLAS-3 product and a d × d eigh instead of a
-    QR and an SVD), but forming ``XcᵀXc`` squares the condition number — the precision of
+    Faster than the thin SVD for n >> d (one BLAS-3 product and a d × d eigh instead of a QR and an
+    SVD), but forming ``XcᵀXc`` squares the condition number — the precision of
     ``sklearn.linear_model.Ridge``'s default Cholesky solver, not that of its SVD solver.
     """
     lam, V = np.linalg.eigh(Xc.T @ Xc)  # (d,), (d, d)
@@ -235,7 +235,7 @@ def ridge_path(X: np.ndarray, y: np.ndarray, alphas: Sequence[float] | np.ndarra
 
     X: (n, d) samples; y: (n,) targets; alphas: (A,) penalties >= 0 (0 = minimum-norm least squares).
     solver: ``"auto"`` = ``"bidiag"`` (a QR and a Golub–Kahan bidiagonalisation, then O(d) per α: the
-    precision of the thin SVD at about half its cost; :func:`_solve_bidiag`), or where scipy's LAPACK does not
+    precision of the thin SVD at less cost; :func:`_solve_bidiag`), or where scipy's LAPACK does not
     export the routines it needs, the thin SVD when n > d and the eigendecomposition of the n × n Gram matrix
     otherwise (as ``RidgeCV`` chooses). Force ``"svd"`` (thin SVD, any shape), ``"gram"`` (squares the
     condition number) or ``"covariance"`` (eigendecomposition of the d × d ``XcᵀXc``: fastest for n >> d,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from countlens.core.errors import UsageError
+from countlens.core.errors import ConfigError
 
 DEFAULT_FRACTIONS = (0.6, 0.2, 0.2)
 
@@ -19,19 +19,21 @@ def split_rows(n_rows: int, seed: int, fractions=DEFAULT_FRACTIONS) -> tuple[np.
     """Sorted train / validation / test row indices (each (rows_part,) int) of ``n_rows`` rows.
 
     ``fractions`` = (train, validation, test), >= 0 and summing to 1; train and validation must be > 0,
-    a test fraction of 0 leaves no test rows (a fit-and-select split). :class:`UsageError` when a part
-    would be too small (training needs 2 rows, validation 1, a non-empty test 1).
+    a test fraction of 0 leaves no test rows (a fit-and-select split). A :class:`ConfigError` about
+    ``fractions`` when they are not such fractions, or when a part would be too small for ``n_rows`` rows
+    (training needs 2 rows, validation 1, a non-empty test 1).
     """
     f_train, f_val, f_test = (float(f) for f in fractions)
+    shown = f"{f_train:g}/{f_val:g}/{f_test:g}"
     if min(f_train, f_val) <= 0 or f_test < 0 or abs(f_train + f_val + f_test - 1) > 1e-9:
-        raise UsageError(f"train/validation/test fractions must be >= 0 (train and validation > 0) and sum "
-                         f"to 1, got {tuple(fractions)}")
+        raise ConfigError("fractions", "{fractions} (train/validation/test) must be >= 0, train and validation "
+                                       f"> 0, and sum to 1, got {shown}")
     n_val, n_test = int(round(f_val * n_rows)), int(round(f_test * n_rows))
     n_train = n_rows - n_val - n_test
     if n_train < 2 or n_val < 1 or (f_test > 0 and n_test < 1):
         need = int(np.ceil(max(2 / f_train, 1 / f_val, 1 / f_test if f_test > 0 else 0)))
-        raise UsageError(f"the data set has {n_rows} rows; a {f_train:g}/{f_val:g}/{f_test:g} train/validation/"
-                         f"test split needs at least {need}; capture more prompts")
+        raise ConfigError("fractions", f"the data set has {n_rows} rows; a {shown} train/validation/test split "
+                                       f"({{fractions}}) needs at least {need}; capture more prompts")
     order = np.random.default_rng(seed).permutation(n_rows)
     return np.sort(order[n_val + n_test:]), np.sort(order[:n_val]), np.sort(order[n_val:n_val + n_test])
 

@@ -32,7 +32,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from countlens.core.errors import UsageError
+from countlens.core.errors import ConfigError
 from countlens.toy.constructions import (
     Construction,
     best_construction,
@@ -109,34 +109,24 @@ class RateFit:
     b_min: list[float]
     slope: float | None
     claimed: str
-    claimed_exponent: float | None
+    claimed_exponent: float | None = None  # None: no finite rate (bare pre-LN)
     worst_error: list[float] = field(default_factory=list)
     free_scalars: list[dict] = field(default_factory=list)
     slope_L_ge_100: float | None = None  # the rates are asymptotic: the fit over the grid's L >= 100 only
 
 
 @dataclass
-class RatesResult:
-    """Table 1, measured: one :class:`RateFit` per variant at dimension ``d``."""
+class RateFits:
+    """Table 1, measured: one :class:`RateFit` per variant at dimension ``d`` (the experiment's result is
+    :class:`countlens.toy.experiments.RatesResult`)."""
 
     d: int
     tau: float
     variants: dict[str, RateFit]
 
-    def to_dict(self) -> dict:
-        out = {"d": self.d, "tau": self.tau, "variants": {}}
-        for v, fit in self.variants.items():
-            out["variants"][v] = {
-                "L": fit.L, "b_min": fit.b_min, "slope": fit.slope, "claimed": fit.claimed,
-                "claimed_exponent": fit.claimed_exponent, "slope_L_ge_100": fit.slope_L_ge_100,
-                "worst_error": fit.worst_error,
-                "free_scalars": fit.free_scalars,
-            }
-        return out
-
 
 def fit_rates(d: int, Ls: list[int], variants: tuple[str, ...] = VARIANTS, tau: float | None = None,
-              progress=None) -> RatesResult:
+              progress=None) -> RateFits:
     """Measure ``b_min`` on the grid ``Ls`` for each variant and fit the log-log slope.
 
     progress: optional callable ``progress(variant, L)`` called before each construction (the CLI passes a
@@ -160,7 +150,7 @@ def fit_rates(d: int, Ls: list[int], variants: tuple[str, ...] = VARIANTS, tau: 
             big = [i for i, L in enumerate(Ls) if L >= 100]
             tail = fit_slope([Ls[i] for i in big], [bs[i] for i in big]) if len(big) >= 2 else None
         fits[v] = RateFit(v, [int(x) for x in Ls], bs, slope, claimed, expo, errs, frees, tail)
-    return RatesResult(d=int(d), tau=tau, variants=fits)
+    return RateFits(d=int(d), tau=tau, variants=fits)
 
 
 # ---- L_cap of bare pre-LN --------------------------------------------------------------------------------
@@ -401,7 +391,7 @@ def l_max(variant: str, B: float, d: int, tau: float | None = None, max_L: int =
     validate(variant, 1, d)
     tau = _tau(d, tau)
     if B <= 0:
-        raise UsageError(f"B must be positive, got {B}")
+        raise ConfigError("B", f"{{B}} must be positive, got {B}")
     if variant in CONSTANT_VARIANTS:
         c = best_construction(variant, 1, d, tau=tau)
         ok = c.max_norm <= B
@@ -440,28 +430,8 @@ def l_max(variant: str, B: float, d: int, tau: float | None = None, max_L: int =
     return LMax(variant, B, d, 0, None, None)
 
 
-@dataclass
-class Table3Result:
-    """Table 3's "constr." columns: ``l_max`` per variant and cap, next to the paper's values
-    (:func:`countlens.toy.experiments.run_table3` fills it)."""
-
-    d: int
-    tau: float
-    variants: dict[str, list[LMax]]
-
-    def to_dict(self) -> dict:
-        out = {"d": self.d, "tau": self.tau, "variants": {}}
-        for v, rows in self.variants.items():
-            out["variants"][v] = {
-                "B": [r.B for r in rows], "l_max": [r.L for r in rows], "max_norm": [r.max_norm for r in rows],
-                "worst_error": [r.worst_error for r in rows],
-                "paper_constr": list(TABLE3_PAPER[v]) if v in TABLE3_PAPER and self.d == 16 else None,
-            }
-        return out
-
-
 __all__ = [
     "CLAIMED", "TABLE3_VARIANTS", "TABLE3_PAPER", "TABLE3_B", "b_min", "b_min_construction", "fit_slope",
-    "fit_rates", "RateFit", "RatesResult", "l_infeasible", "l_cap", "LCap", "l_max", "LMax",
-    "Table3Result", "preln_bare_needed_a", "preln_bare_lp", "preln_bare_bound", "LpProof",
+    "fit_rates", "RateFit", "RateFits", "l_infeasible", "l_cap", "LCap", "l_max", "LMax",
+    "preln_bare_needed_a", "preln_bare_lp", "preln_bare_bound", "LpProof",
 ]

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from countlens.core.errors import UsageError
+from countlens.core.errors import ConfigError
 from countlens.toy.model import DTYPE, ToyConfig, ToyParams, count_error, token_vectors
 
 DEFAULT_CHUNK = 1 << 20  # pairs held at once: 8 MiB per float64 buffer
@@ -289,11 +289,11 @@ def full_domain_check(cfg: ToyConfig, params: ToyParams, L: int | None = None, c
     """
     L = int(cfg.L if L is None else L)
     if L < 1:
-        raise UsageError(f"L must be >= 1, got {L}")
+        raise ConfigError("L", f"{{L}} must be >= 1, got {L}")
     if cfg.readout == "classification":
         rows = params.U.shape[0]
         if rows != L + 1:
-            raise UsageError(f"a classifier with {rows} classes counts 0..{rows - 1}: check it at L = {rows - 1}")
+            raise ConfigError("L", f"a classifier with {rows} classes counts 0..{rows - 1}: check it at {{L:{rows - 1}}}")
     if method not in ("auto", "fast", "model"):
         raise ValueError(f"unknown method {method!r}")
     if method == "model":

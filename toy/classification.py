@@ -33,7 +33,7 @@ import math
 import numpy as np
 import torch
 
-from countlens.core.errors import UsageError
+from countlens.core.errors import ConfigError
 from countlens.toy import model
 from countlens.toy.model import DTYPE, ToyConfig, ToyParams
 
@@ -41,7 +41,7 @@ from countlens.toy.model import DTYPE, ToyConfig, ToyParams
 def _mean_zero_basis(d: int) -> torch.Tensor:
     """Two orthonormal vectors with zero mean (rows): (2, d). LN leaves mean-zero vectors' direction alone."""
     if d < 3:
-        raise UsageError(f"the classification construction needs --d >= 3 (two mean-zero directions), got {d}")
+        raise ConfigError("d", f"the classification construction needs {{d}} >= 3 (two mean-zero directions), got {d}")
     q1 = torch.zeros(d, dtype=DTYPE)
     q1[0], q1[1] = 1.0, -1.0
     q2 = torch.zeros(d, dtype=DTYPE)
@@ -115,7 +115,7 @@ def min_gap_by_count(cfg: ToyConfig, p: ToyParams, chunk: int = 2_000_000) -> np
     """
     L = cfg.L
     if cfg.readout != "classification":
-        raise UsageError("winning score gaps need a classification read-out (U, c)")
+        raise ConfigError("readout", "winning score gaps need the classification {readout} (U, c)")
     out = np.full(L + 1, np.inf)
     rows = max(1, chunk // (L + 1))  # pairs per chunk
     n_all, m_all = model.full_domain(L)  # (P,), (P,)

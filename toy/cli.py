@@ -2,6 +2,8 @@
 
 Each handler parses flags into a config of :mod:`countlens.toy.experiments`, runs it, saves the result and
 draws its figure; flags left unset take the config's defaults (``--full``: the config's ``paper()`` sizes).
+Every option that sets a config field has that field as its ``dest``, so the dispatcher words a config's
+error with this command's own flag.
 """
 
 from __future__ import annotations
@@ -12,31 +14,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from countlens.core.args import HelpFormatter, parse_float_list, parse_int_list, positive_int, reword
+from countlens.core.args import HelpFormatter, parse_float_list, parse_int_list, positive_int
 from countlens.core.cache import ResultCache
 from countlens.core.errors import UsageError
-from countlens.core.io import provenance, write_json_atomic
 from countlens.core.threads import TOY_THREADS, torch_threads
 from countlens.toy import experiments as ex
 from countlens.toy.domain_loss import LOSSES
 from countlens.toy.model import READOUTS, VARIANTS, ToyConfig
 from countlens.toy.train import OPTIMIZERS, PARAMETRIZATIONS, TrainConfig, TrainingDiverged, train
 
-# config field -> the flag that sets it, to word the configs' errors as flags
-FLAGS = {"L": "--L", "d": "--d", "B": "--B", "tau": "--tau", "seeds": "--seeds", "seed": "--seed",
-         "steps": "--steps", "minibatch_steps": "--minibatch-steps", "batch_size": "--batch-size", "lr": "--lr",
-         "ce_scale": "--ce-scale", "attained_grid": "--attained-grid", "attained_seeds": "--attained-seeds",
-         "attained_steps": "--attained-steps", "beta": "--beta", "working_set": "--working-set", "grow": "--grow",
-         "attained_check_every": "--attained-check-every", "attained_patience": "--attained-patience",
-         "patience": "--patience"}
-
 
 def _config(make: Any, **given: Any) -> Any:
-    """``make(**given)`` without the unset (``None``) values, its errors worded as flags."""
-    try:
-        return make(**{k: v for k, v in given.items() if v is not None})
-    except UsageError as exc:
-        raise reword(exc, FLAGS) from None
+    """``make(**given)`` without the unset (``None``) values (those take the config's defaults)."""
+    return make(**{k: v for k, v in given.items() if v is not None})
 
 
 def _sizes(cls: Any, args: argparse.Namespace) -> Any:
@@ -92,14 +82,9 @@ def _with_threads(func: Any) -> Any:
     return run
 
 
-def _variants(text: str | None) -> tuple[str, ...] | None:
-    if not text:
-        return None
-    names = tuple(v.strip() for v in text.split(",") if v.strip())
-    bad = [v for v in names if v not in VARIANTS]
-    if bad:
-        raise UsageError(f"unknown variant {bad[0]!r}; choose from {', '.join(VARIANTS)}")
-    return names
+def _names(text: str | None) -> tuple[str, ...] | None:
+    """A comma-separated list of names (the config checks them)."""
+    return None if not text else tuple(v.strip() for v in text.split(",") if v.strip())
 
 
 # --- handlers --------------------------------------------------------------------------------------------
@@ -109,7 +94,7 @@ def cmd_construct(args: argparse.Namespace) -> int:
     config = _config(ex.ConstructConfig, variant=args.variant, d=args.d, L=args.L, tau=args.tau)
     result = ex.run_construct(config)
     if args.json:
-        result.save(args.json)
+        result.write(args.json)
     print(result.format())
     return 0
 
@@ -117,17 +102,17 @@ def cmd_construct(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     result = ex.run_check(_config(ex.CheckConfig, params=args.params, L=args.L))
     if args.json:
-        result.save(args.json)
+        result.write(args.json)
     print(result.format())
     return 0
 
 
 def cmd_rates(args: argparse.Namespace) -> int:
-    config = _config(ex.RatesConfig, d=args.d, L=_ints(args.L, "--L"), variants=_variants(args.variants),
+    config = _config(ex.RatesConfig, d=args.d, L=_ints(args.L, "--L"), variants=_names(args.variants),
                      tau=args.tau)
     result = ex.run_rates(config, progress=True)
     if args.json:
-        result.save(args.json)
+        result.write(args.json)
     print(result.format())
     return 0
 
@@ -135,7 +120,7 @@ def cmd_rates(args: argparse.Namespace) -> int:
 def cmd_lcap(args: argparse.Namespace) -> int:
     result = ex.run_lcap(_config(ex.LcapConfig, d=_ints(args.d, "--d"), tau=args.tau), progress=True)
     if args.json:
-        result.save(args.json)
+        result.write(args.json)
     print(result.format())
     return 0
 
@@ -146,15 +131,14 @@ def cmd_table3(args: argparse.Namespace) -> int:
     config = _config(make, d=args.d, B=_floats(args.B, "--B"), tau=args.tau, attained=args.attained,
                      attained_grid=_ints(args.attained_grid, "--attained-grid"),
                      attained_seeds=_ints(args.attained_seeds, "--attained-seeds"), attained_steps=args.attained_steps,
-                     attained_loss=None if args.attained_loss is None else tuple(args.attained_loss.split(",")),
-                     attained_parametrization=(None if args.attained_parametrization is None
-                                               else tuple(args.attained_parametrization.split(","))),
+                     attained_loss=_names(args.attained_loss),
+                     attained_parametrization=_names(args.attained_parametrization),
                      attained_working_set=args.attained_working_set,
                      attained_check_every=args.attained_check_every, attained_patience=args.attained_patience)
     cache = _cache_beside(args.json)
     result = ex.run_table3(config, progress=True, cache=cache, workers=args.workers)
     if args.json:
-        result.save(args.json)
+        result.write(args.json)
     cache.clear()
     print(result.format())
     return 0
@@ -164,7 +148,7 @@ def cmd_figure1(args: argparse.Namespace) -> int:
     config = _config(ex.Figure1Config, d=args.d, L=args.L)
     out = Path(args.out)
     result = ex.run_figure1(config)
-    paths = [result.save(out / "figure1.json"), *_figures().draw_figure1(result, out)]
+    paths = [*result.save(out), *_figures().draw_figure1(result, out)]
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0
 
@@ -185,8 +169,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         where = f"; the last checkpoint, {ckpt}, resumes before it" if ckpt.exists() else ""
         print(f"countlens: error: {exc}; nothing written (lower --lr or set --cap){where}", file=sys.stderr)
         return 1
-    data = result.to_dict()  # `countlens toy check --params OUT` reads the nested `params` as is
-    write_json_atomic(out, {**data, "provenance": provenance({"model": vars(cfg), "train": vars(tcfg)})})
+    result.write(out)  # a parameter file: `countlens toy check --params OUT` reads it
     if not args.checkpoint:
         ckpt.unlink(missing_ok=True)
     print(f"{cfg.variant} {cfg.readout} d={cfg.d} L={cfg.L}: {result.steps_run} steps, test exact accuracy "
@@ -202,7 +185,7 @@ def cmd_table2(args: argparse.Namespace) -> int:
                      seeds=_ints(args.seeds, "--seeds"), steps=args.steps, optimizer=args.optimizer, lr=args.lr)
     cache = _cache_beside(args.json)
     result = ex.run_table2(config, progress=True, cache=cache, workers=args.workers)
-    result.save(args.json)
+    result.write(args.json)
     cache.clear()
     print(result.format())
     print(f"wrote {args.json}")
@@ -223,9 +206,9 @@ def _figure(args: argparse.Namespace, name: str, cls: Any, run: Any, **given: An
     cache = ResultCache(out / f".{name}.runs")
     result = run(config, progress=True, cache=cache)
     paths = draw(result, out)  # drawn first: a plotting failure leaves no result half-written
-    saved = result.save(out / f"{name}.json")
+    saved = result.save(out)
     cache.clear()
-    print(f"wrote {saved}, " + ", ".join(str(p) for p in paths))
+    print("wrote " + ", ".join(str(p) for p in [*saved, *paths]))
     return 0
 
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from countlens.core.errors import UsageError
+from countlens.core.errors import ConfigError, UsageError
 from countlens.toy.check import CheckResult, full_domain_check
 from countlens.toy.model import DTYPE, VARIANTS, ToyConfig, ToyParams, full_domain, mixing_weights
 
@@ -64,14 +64,15 @@ def min_dimension(variant: str) -> int:
 
 
 def validate(variant: str, L: int, d: int) -> None:
-    """Raise :class:`UsageError` for an unknown variant, ``L < 1`` or a too small ``d``."""
+    """Raise :class:`~countlens.core.errors.ConfigError` (of the field ``variant``, ``L`` or ``d``) for an
+    unknown variant, ``L < 1`` or a too small ``d``."""
     if variant not in VARIANTS:
-        raise UsageError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}")
+        raise ConfigError("variant", f"{{variant}} must be one of {', '.join(VARIANTS)}; got {variant!r}")
     if int(L) < 1:
-        raise UsageError(f"L must be >= 1, got {L}")
+        raise ConfigError("L", f"{{L}} must be >= 1, got {L}")
     need = min_dimension(variant)
     if int(d) < need:
-        raise UsageError(f"d must be >= {need} for {variant} (LayerNorm needs two centred directions)")
+        raise ConfigError("d", f"{{d}} must be >= {need} for {variant} (LayerNorm needs two centred directions)")
 
 
 def directions(d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
@@ -414,7 +415,7 @@ class Construction:
         out["L"] = self.cfg.L
         out["free_scalars"] = self.free
         out["check"] = {k: v for k, v in self.check.to_dict().items()
-                        if k in ("passed", "worst_error", "worst_pair", "max_norm", "norms", "pairs")}
+                        if k in ("passed", "worst_error", "worst_pair", "max_norm", "norms", "L", "pairs")}
         return out
 
 

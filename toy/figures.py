@@ -2,7 +2,8 @@
 
 ``plot_figureN(result)`` takes the result of :mod:`countlens.toy.experiments` (or its JSON dict) and returns a
 matplotlib Figure; ``draw_figureN(result, folder)`` saves it as ``figureN.png`` and ``figureN.pdf`` there and
-returns the paths.
+returns the paths. At the bottom, the report views of the toy's stages: ``x_view(page, section)`` shows the
+typed result ``section.result`` on the report page, every value a span of its JSON file.
 """
 
 from __future__ import annotations
@@ -209,17 +210,17 @@ def draw_figure4(result: Any, folder: str | Path) -> list[Path]:
 
 def rates_view(page: Page, s: Section) -> None:
     """Table 1, rates: one row per variant, one column per length of the grid."""
-    rel, variants = s.rel, s.data.get("variants", {})
+    rel, variants = s.rel, s.result.variants  # RatesResult
     where: dict[Any, tuple[str, int]] = {}
-    for name, entry in variants.items():
-        for i, L in enumerate(entry.get("L", [])):
+    for name, fit in variants.items():
+        for i, L in enumerate(fit.L):
             where.setdefault(L, (name, i))
     Ls = sorted(where, key=float)
     header = ["variant", "claimed exponent", "fitted slope, whole grid", "fitted slope, large lengths"] + [
         "B_min at L = " + page.v(rel, "variants", where[L][0], "L", where[L][1]) for L in Ls]
     rows = []
-    for name, entry in variants.items():
-        index = {L: i for i, L in enumerate(entry.get("L", []))}
+    for name, fit in variants.items():
+        index = {L: i for i, L in enumerate(fit.L)}
         rows.append([page.k(rel, "variants", name), page.v_or_dash(rel, "variants", name, "claimed"),
                      page.v_or_dash(rel, "variants", name, "slope"),
                      page.v_or_dash(rel, "variants", name, "slope_L_ge_100"),
@@ -237,12 +238,11 @@ def rates_view(page: Page, s: Section) -> None:
 
 def lcap_view(page: Page, s: Section) -> None:
     """Table 1, L_cap(d) of bare pre-LN, with the lengths the search leaves undecided."""
-    rel = s.rel
+    rel, r = s.rel, s.result  # LcapResult
     rows = []
-    for i in range(len(s.data.get("d", []))):
-        undecided = ("none" if not page.has(rel, "l_infeasible", i) or
-                     s.data["l_infeasible"][i] == s.data["l_cap"][i] + 1 else
-                     f"above {page.v(rel, 'l_cap', i)}, below {page.v(rel, 'l_infeasible', i)}")
+    for i in range(len(r.d)):
+        closed = i >= len(r.l_infeasible) or (r.l_cap[i] is not None and r.l_infeasible[i] == r.l_cap[i] + 1)
+        undecided = "none" if closed else f"above {page.v(rel, 'l_cap', i)}, below {page.v(rel, 'l_infeasible', i)}"
         rows.append([page.v(rel, "d", i), page.v_or_dash(rel, "tau", i), page.v(rel, "l_cap", i),
                      page.v_or_dash(rel, "l_infeasible", i), undecided, page.v_or_dash(rel, "b_min_at_cap", i),
                      page.v_or_dash(rel, "worst_error_at_cap", i)])
@@ -268,7 +268,7 @@ def table2_view(page: Page, s: Section) -> None:
 
     rows = [[page.v(rel, "rows", i, "d"), page.v(rel, "rows", i, "L"), page.v(rel, "rows", i, "steps"),
              page.values(rel, "rows", i, "seeds"), cell(i, "test_exact_accuracy"), cell(i, "full_domain_worst_error")]
-            for i in range(len(s.data.get("rows", [])))]
+            for i in range(len(s.result.rows))]  # Table2Result
     page.add(table(["dimension d", "maximum count L", "steps", "seeds", "test exact accuracy, mean [min, max]",
                     "full-domain worst error, mean [min, max]"], rows, left=0))
     page.caption(
@@ -282,10 +282,10 @@ def table2_view(page: Page, s: Section) -> None:
 
 def table3_view(page: Page, s: Section) -> None:
     """Table 3: per variant and cap, constructed and attained L_max, beside the paper's constructed value."""
-    rel = s.rel
+    rel, result = s.rel, s.result  # Table3Result
     ratios: list[tuple[float, str]] = []
     rows = []
-    for name, entry in s.data.get("variants", {}).items():
+    for name, entry in result.variants.items():
         base = ["variants", name]
         paper = entry.get("paper_constr")
         for i in range(len(entry.get("B", []))):
@@ -302,7 +302,7 @@ def table3_view(page: Page, s: Section) -> None:
     page.add(table(["variant", "cap B", "constructed L_max (ours)", "constructed L_max (paper)", "ours over paper's",
                     "attained L_max (trained)", "next grid length (failed)", "largest norm of our construction",
                     "its worst error"], rows))
-    grid = page.get(rel, "provenance", "config", "attained_grid")
+    grid = (result.provenance.get("config") or {}).get("attained_grid")
     limit = (f" the training grid ({page.values(rel, 'provenance', 'config', 'attained_grid')})"
              if isinstance(grid, list) and grid else " the training grid")
     page.caption(
@@ -323,7 +323,7 @@ def table3_view(page: Page, s: Section) -> None:
 
 
 def figure1_view(page: Page, s: Section) -> None:
-    L = page.v(s.rel, "panels", 0, "L") if page.has(s.rel, "panels", 0, "L") else "L"
+    L = page.v(s.rel, "panels", 0, "L") if s.result.panels else "L"  # Figure1Result
     page.caption(
         f"Boundary representations h(n, m) on the letter-free slice (no distractors), n from zero to {L}, "
         "projected to two dimensions, one panel per variant: linear attention puts the counts equally spaced "
@@ -333,7 +333,7 @@ def figure1_view(page: Page, s: Section) -> None:
 
 def figure2_view(page: Page, s: Section) -> None:
     rel = s.rel
-    Ls = page.values(rel, "Ls") if page.has(rel, "Ls") else "the lengths shown"
+    Ls = page.values(rel, "Ls")  # Figure2Result.Ls
     page.caption(
         f"What each read-out costs, at L = {Ls} (d = {page.v_or_dash(rel, 'd')}, {page.preset_phrase()}). "
         "(a) Read-out norm against L. Which is which: the constructions' regression read-out grows with L while "
@@ -356,9 +356,8 @@ def figure3_view(page: Page, s: Section) -> None:
 
 def figure4_view(page: Page, s: Section) -> None:
     rel = s.rel
-    runs = s.data.get("runs", [])
     steps = "; ".join(f"{page.v(rel, 'runs', i, 'label')}: {page.v(rel, 'runs', i, 'steps_run')} updates"
-                      for i in range(len(runs)) if page.has(rel, "runs", i, "steps_run"))
+                      for i, run in enumerate(s.result.runs) if "steps_run" in run)  # Figure4Result
     shrunk = ("" if page.preset() == "full" else
               " This preset shrinks L below the paper's (the full preset uses the paper's length and steps).")
     page.caption(
@@ -369,4 +368,5 @@ def figure4_view(page: Page, s: Section) -> None:
 
 
 __all__ = ["plot_figure1", "plot_figure2", "plot_figure3", "plot_figure4", "draw_figure1", "draw_figure2",
-           "draw_figure3", "draw_figure4"]
+           "draw_figure3", "draw_figure4", "figure4_caption", "rates_view", "lcap_view", "table2_view", "table3_view",
+           "figure1_view", "figure2_view", "figure3_view", "figure4_view"]

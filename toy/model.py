@@ -57,19 +57,19 @@ class ToyConfig:
 
     def __post_init__(self) -> None:
         if self.variant not in VARIANTS:
-            raise UsageError(f"unknown variant {self.variant!r}; choose one of {', '.join(VARIANTS)}")
+            raise ConfigError("variant", f"{{variant}} must be one of {', '.join(VARIANTS)}; got {self.variant!r}")
         if self.readout not in READOUTS:
-            raise UsageError(f"unknown read-out {self.readout!r}; choose regression or classification")
+            raise ConfigError("readout", f"{{readout}} must be regression or classification, got {self.readout!r}")
         if int(self.d) < 1:
-            raise UsageError(f"d must be >= 1, got {self.d}")
+            raise ConfigError("d", f"{{d}} must be >= 1, got {self.d}")
         if int(self.L) < 1:
-            raise UsageError(f"L must be >= 1, got {self.L}")
+            raise ConfigError("L", f"{{L}} must be >= 1, got {self.L}")
         if self.tau is None:
             object.__setattr__(self, "tau", 1.0 / math.sqrt(self.d))
         if not (self.tau > 0 and math.isfinite(self.tau)):
-            raise UsageError(f"tau must be a positive finite number, got {self.tau}")
+            raise ConfigError("tau", f"{{tau}} must be a positive finite number, got {self.tau}")
         if self.eps < 0:
-            raise UsageError(f"eps must be >= 0, got {self.eps}")
+            raise ConfigError("eps", f"{{eps}} must be >= 0, got {self.eps}")
 
     @property
     def attention(self) -> str:
@@ -136,8 +136,9 @@ class ToyParams:
         return ToyParams(**{k: v.detach().clone() for k, v in self.tensors().items()})
 
     def to_dict(self, cfg: ToyConfig) -> dict[str, Any]:
-        """The JSON parameter format shared by ``countlens toy construct``, ``check`` and ``train``."""
-        out: dict[str, Any] = {"variant": cfg.variant, "d": cfg.d, "tau": cfg.tau, "readout": cfg.readout}
+        """The toy parameter-file schema (:func:`read_params`): the model's ``variant``, ``d``, ``tau``,
+        ``readout`` and ``L``, then each vector present."""
+        out: dict[str, Any] = {"variant": cfg.variant, "d": cfg.d, "tau": cfg.tau, "readout": cfg.readout, "L": cfg.L}
         for name, t in self.tensors().items():
             t = t.detach().cpu()
             out[name] = float(t) if t.dim() == 0 else t.tolist()
@@ -145,12 +146,9 @@ class ToyParams:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], L: int | None = None) -> tuple[ToyConfig, ToyParams]:
-        """Parse the JSON parameter format, validating every shape; :class:`UsageError` if malformed.
-
-        Accepts the format itself or a training result holding it under ``"params"``.
-        """
-        if isinstance(data, dict) and isinstance(data.get("params"), dict):
-            data = data["params"]
+        """Parse :meth:`to_dict`'s layout, validating every shape; :class:`UsageError` if malformed. ``L``:
+        the model's domain (a classifier's head fixes its own through ``U``). Files are read through
+        :func:`read_params`, which also takes the full-domain check they carry."""
         if not isinstance(data, dict):
             raise UsageError("parameter file must hold a JSON object with keys variant, d, tau, x_b, x_s, x_l, ...")
         missing = [k for k in ("variant", "d", "x_b", "x_s", "x_l") if k not in data]
@@ -163,8 +161,11 @@ class ToyParams:
             raise UsageError(f"parameter file: d must be an integer, got {data['d']!r}") from None
         if "U" in data and L is None:
             L = len(data["U"]) - 1
-        cfg = ToyConfig(variant=data["variant"], d=d, L=int(L or 1), readout=readout, tau=data.get("tau"),
-                        eps=float(data.get("eps", 0.0)))
+        try:
+            cfg = ToyConfig(variant=data["variant"], d=d, L=int(L or 1), readout=readout, tau=data.get("tau"),
+                            eps=float(data.get("eps", 0.0)))
+        except ConfigError as exc:  # a value of the file, not of the caller's config
+            raise UsageError(f"parameter file: {exc}") from None
         shapes = {"x_b": (d,), "x_s": (d,), "x_l": (d,)}
         if readout == "regression":
             shapes.update(w=(d,), b0=())
@@ -208,26 +209,33 @@ class ParamsFile:
 def read_params(data: Any, L: int | None = None) -> ParamsFile:
     """The one reader of the toy parameter-file schema (docs/definitions.md §1): a JSON object holding
     :meth:`ToyParams.to_dict` at its top level (``variant``, ``d``, ``tau``, ``readout``, ``L``, the vectors)
-    and, optionally, ``check``: the full-domain check that certified it. ``toy construct``, ``toy train`` and
-    Table 3's attained parameters all write it.
+    and, optionally, ``check``: the full-domain check that certified it (``passed``, ``worst_error``,
+    ``worst_pair``, ``max_norm``, ``L``, ...). ``toy construct``, ``toy train`` and Table 3's attained
+    parameters all write it.
 
-    ``L``: the domain the model is evaluated on; default the file's ``L`` (a classifier's head fixes its
-    own through ``U``). :class:`UsageError` for anything else. Files of countlens 0.1's ``toy train``, which
-    nested the vectors under ``"params"``, are read too.
+    ``L``: the domain the model is evaluated on (a :class:`ConfigError` of the caller's field ``L`` when
+    below 1); default the file's ``L`` (a classifier's head fixes its own through ``U``).
+    :class:`UsageError` for anything else. Files of countlens 0.1's ``toy train``, which nested the vectors
+    under ``"params"``, are read too.
     """
+    if L is not None and int(L) < 1:
+        raise ConfigError("L", f"{{L}} must be >= 1, got {L}")
     if isinstance(data, dict) and isinstance(data.get("params"), dict) and "x_b" not in data:
         data = {"L": data.get("L"), **data["params"], "check": data.get("check")}  # countlens 0.1 toy train
     if not isinstance(data, dict) or "x_b" not in data:
         raise UsageError("the parameter file holds no toy parameters (keys variant, d, x_b, x_s, x_l, ...); write "
                          "one with `countlens toy construct` or `countlens toy train`")
-    if L is None and data.get("L") is not None:
-        L = int(data["L"])
     if "U" in data:  # classification: the head fixes its own L; the model may be evaluated at another
         cfg, params = ToyParams.from_dict(data)
         cfg = cfg if L is None else cfg.with_L(int(L))
-    elif L is None:
-        raise ConfigError("L", "the parameter file does not say its maximum length; pass {L}")
     else:
+        if L is None and data.get("L") is None:
+            raise ConfigError("L", "the parameter file does not say its maximum length; pass {L}")
+        if L is None:
+            try:
+                L = int(data["L"])
+            except (TypeError, ValueError):
+                raise UsageError(f"parameter file: L must be an integer, got {data['L']!r}") from None
         cfg, params = ToyParams.from_dict(data, L=int(L))
     check = data.get("check")
     return ParamsFile(cfg, params, check if isinstance(check, dict) else None)

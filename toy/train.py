@@ -30,41 +30,44 @@ full-domain check is the only certificate: "passed" always means every ``(n, m)`
 There is no held-out split then (at L = 10,000 it would hold 10^7 pairs): ``test_exact_accuracy`` is the
 exact accuracy over the whole domain.
 
-Which loss: measured at d = 16, softmax-postln-learned under the cap B = 30, continuing from the L = 200
-solution to L = 500 (100 L-BFGS steps per check): MSE on the working set never passed in 12 checks (worst
-error 314: the mean rewards the bulk, the cap then bites at the edge), the smooth maximum
-``(1/β) log mean exp(β r²)`` at ``β = 10`` passed after 4. MSE spreads the error budget over all pairs; the
-rounding criterion is a maximum, so the working-set runs default to ``loss="max"``. Full-batch runs (Table 2,
-whose held-out accuracy the paper reports for MSE training) keep MSE.
+**Which loss.** The rounding criterion is a maximum over pairs; MSE spreads the error budget over all of
+them (the mean rewards the bulk, and under a cap the edge then fails), the smooth maximum
+``(1/β) log mean exp(β r²)`` (``loss="max"``) aims at the worst pair. Neither passes everywhere, so Table 3's
+working-set runs try the smooth max first, then MSE; full-batch runs (Table 2, whose held-out accuracy the
+paper reports for MSE training) keep MSE. Measured: BENCHMARKS.md, "Toy training: which loss, which
+coordinates".
 
 **Polar coordinates** (``parametrization="polar"``, :class:`PolarCoordinates`): the optimiser moves each
 vector's log norm and direction instead of its entries; the cap becomes a bound on the log norm, the same
-projection. Measured at d = 16, continuing from the attained solution one grid point below (500 L-BFGS steps,
-working set, smooth max): softmax under B = 1000 from L = 500 to 1,000 stalls in Cartesian coordinates at
-worst error 0.91 (the score scale ``log a`` stays at 11.87 while the rounding bound needs about 12.4) and
-passes in polar ones (``log a`` climbs to 12.5); the same for softmax B = 300 (200 → 500) and
-softmax-postln-learned B = 100 (500 → 1,000). Neither wins everywhere, so Table 3 tries polar first, then
-Cartesian. Everything else (Table 2, the figures) trains in Cartesian coordinates, as the paper did.
+projection. Counting further needs a larger score scale and a read-out that grows with it, a valley that
+bends exponentially in the vectors' entries and gently in their log norms; some runs stall in Cartesian
+coordinates and pass in polar ones, others the other way round, so Table 3 tries polar first, then
+Cartesian (measured: the same BENCHMARKS.md section). Everything else (Table 2, the figures) trains in
+Cartesian coordinates, as the paper did.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import io
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
 from countlens.core.cache import refuse_other_settings
-from countlens.core.errors import UsageError
+from countlens.core.errors import ConfigError, UsageError
 from countlens.core.io import write_bytes_atomic
+from countlens.core.pool import progress_bar
+from countlens.core.results import Result, result_provenance
 from countlens.toy import model
-from countlens.toy.check import full_domain_check
+from countlens.toy.cap import PolarCoordinates, project_to_cap
+from countlens.toy.check import full_domain_check, n_pairs
 from countlens.toy.domain_loss import LOSSES, PairSet, loss_and_grad, residuals, worst_pairs
 from countlens.toy.model import DTYPE, ToyConfig, ToyParams
 
@@ -122,38 +125,42 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:
-            raise UsageError(f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+            raise ConfigError("optimizer", f"{{optimizer}} must be one of {', '.join(OPTIMIZERS)}; got {self.optimizer!r}")
         if int(self.steps) <= 0:
-            raise UsageError(f"--steps must be a positive integer, got {self.steps}")
+            raise ConfigError("steps", f"{{steps}} must be a positive integer, got {self.steps}")
         if self.cap is not None and not (math.isfinite(self.cap) and self.cap > 0):
-            raise UsageError(f"--cap must be a positive finite norm bound (no vector fits under {self.cap})")
+            raise ConfigError("cap", f"{{cap}} must be a positive finite norm bound (no vector fits under {self.cap})")
         if self.lr is None:
             object.__setattr__(self, "lr", _DEFAULT_LR[self.optimizer])
         if not (math.isfinite(self.lr) and self.lr > 0):
-            raise UsageError(f"--lr must be a positive finite number, got {self.lr}")
+            raise ConfigError("lr", f"{{lr}} must be a positive finite number, got {self.lr}")
         if int(self.batch_size) < 1:
-            raise UsageError(f"--batch-size must be >= 1, got {self.batch_size}")
+            raise ConfigError("batch_size", f"{{batch_size}} must be >= 1, got {self.batch_size}")
         if not 0 < self.test_fraction < 1:
-            raise UsageError(f"--test-fraction must lie strictly between 0 and 1, got {self.test_fraction}")
+            raise ConfigError("test_fraction", f"{{test_fraction}} must lie strictly between 0 and 1, got {self.test_fraction}")
         if int(self.log_every) < 1:
-            raise UsageError(f"--log-every must be >= 1, got {self.log_every}")
+            raise ConfigError("log_every", f"{{log_every}} must be >= 1, got {self.log_every}")
         if not (math.isfinite(self.ce_scale) and self.ce_scale > 0):
-            raise UsageError(f"--ce-scale must be a positive finite number, got {self.ce_scale}")
+            raise ConfigError("ce_scale", f"{{ce_scale}} must be a positive finite number, got {self.ce_scale}")
         if not (math.isfinite(self.init_scale) and self.init_scale > 0):
-            raise UsageError(f"--init-scale must be a positive finite number, got {self.init_scale}")
+            raise ConfigError("init_scale", f"{{init_scale}} must be a positive finite number, got {self.init_scale}")
         if self.loss not in LOSSES:
-            raise UsageError(f"unknown loss {self.loss!r}; choose one of {', '.join(LOSSES)}")
+            raise ConfigError("loss", f"{{loss}} must be one of {', '.join(LOSSES)}; got {self.loss!r}")
         if not (math.isfinite(self.beta) and self.beta > 0):
-            raise UsageError(f"beta must be a positive finite number, got {self.beta}")
-        if int(self.working_set) < 0 or int(self.grow) < 1:
-            raise UsageError(f"working_set must be >= 0 and grow >= 1, got {self.working_set} and {self.grow}")
+            raise ConfigError("beta", f"{{beta}} must be a positive finite number, got {self.beta}")
+        if int(self.working_set) < 0:
+            raise ConfigError("working_set", f"{{working_set}} must be >= 0 pairs (0: the IID train split), got "
+                                             f"{self.working_set}")
+        if int(self.grow) < 1:
+            raise ConfigError("grow", f"{{grow}} must be >= 1 pairs, got {self.grow}")
         if self.parametrization not in PARAMETRIZATIONS:
-            raise UsageError(f"unknown parametrization {self.parametrization!r}; choose one of "
-                             f"{', '.join(PARAMETRIZATIONS)}")
+            raise ConfigError("parametrization", f"{{parametrization}} must be one of "
+                                                 f"{', '.join(PARAMETRIZATIONS)}; got {self.parametrization!r}")
         if int(self.patience) < 0:
-            raise UsageError(f"patience must be >= 0 (0: never stop for it), got {self.patience}")
+            raise ConfigError("patience", f"{{patience}} must be >= 0 (0: never stop for it), got {self.patience}")
         if self.working_set and self.optimizer == "adam-minibatch":
-            raise UsageError("working-set training takes a full-batch optimiser (lbfgs or adam)")
+            raise ConfigError("working_set", "working-set training ({working_set}) takes a full-batch {optimizer} "
+                                             "(lbfgs or adam)", also=("optimizer",))
 
     def trajectory_key(self) -> dict[str, Any]:
         """The fields that determine the optimisation trajectory (not how long or how often it logs; with a
@@ -163,8 +170,15 @@ class TrainConfig:
 
 
 @dataclass
-class TrainResult:
-    """One training run: final metrics, the log, and the parameters in ``ToyParams.to_dict`` format."""
+class TrainResult(Result):
+    """One training run: final metrics, the log, and the trained parameters.
+
+    Its JSON is a toy parameter file (:func:`~countlens.toy.model.read_params`): the fields, the vectors of
+    ``params`` at the top level and a ``check`` block (the full-domain check of the final parameters), so
+    ``countlens toy check --params`` and ``probe toy-acts`` read it as they read a construction."""
+
+    FILE: ClassVar[str] = "train.json"
+    COMMAND: ClassVar[str] = "countlens toy train"
 
     variant: str
     d: int
@@ -181,21 +195,31 @@ class TrainResult:
     max_norm: float
     norms: dict[str, float]
     log: list[dict[str, Any]] = field(default_factory=list)
-    params: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)  # ToyParams.to_dict of the final parameters
     # Under a cap: the largest norm any projection met (see project_to_cap). At most the cap means the cap
     # never acted, so training under any cap >= peak_norm runs the same trajectory. None: uncapped/unknown.
     peak_norm: float | None = None
+    provenance: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("params", "provenance")}
+        check = {"passed": self.passed, "worst_error": self.full_domain_worst_error, "worst_pair": self.worst_pair,
+                 "max_norm": self.max_norm, "norms": self.norms, "L": self.L, "pairs": n_pairs(self.L),
+                 "readout": self.readout}
+        return {**copy.deepcopy(out), **copy.deepcopy(self.params), "check": check,
+                "provenance": copy.deepcopy(self.provenance)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TrainResult:
-        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})  # older files: no peak_norm
+    def from_dict(cls, data: Any) -> TrainResult:
+        result = super().from_dict(data)
+        file = model.read_params(data)
+        result.params = file.params.to_dict(file.cfg)
+        return result
 
     def toy(self) -> tuple[ToyConfig, ToyParams]:
         """The trained model back as ``(cfg, params)``."""
-        return ToyParams.from_dict(self.params, L=self.L)
+        file = model.read_params(self.params, L=self.L)
+        return file.cfg, file.params
 
 
 # --- pure numerics -------------------------------------------------------------------------------------
@@ -206,7 +230,8 @@ def split_domain(L: int, test_fraction: float, seed: int) -> tuple[torch.Tensor,
     P = (L + 1) * (L + 2) // 2
     n_test = max(1, round(test_fraction * P))
     if n_test >= P:
-        raise UsageError(f"L = {L} has only {P} pairs: too few to hold out a test split; use a larger L")
+        raise ConfigError("L", f"{{L:{L}}} has only {P} pairs: too few to hold out a test split of {test_fraction:g}; "
+                               "use a larger {L}")
     perm = torch.randperm(P, generator=torch.Generator().manual_seed(10_007 * seed + 1))
     return perm[n_test:].sort().values, perm[:n_test].sort().values
 
@@ -225,132 +250,6 @@ def sample_pairs(L: int, k: int, rng: np.random.Generator) -> tuple[np.ndarray, 
     i = rng.integers(0, offsets[-1], k)
     n = np.searchsorted(offsets, i, side="right") - 1
     return n.astype(np.float64), (i - offsets[n]).astype(np.float64)
-
-
-def _project(name: str, t: torch.Tensor, cap: float | None) -> float:
-    """Scale one parameter back to the cap in place (rows of ``U`` one by one; ``b0``, ``c`` clipped; ``None``:
-    no cap); returns its largest norm before."""
-    if t.dim() == 0 or name == "c":
-        peak = float(t.abs().max())
-        if cap is not None:
-            t.clamp_(-cap, cap)
-    elif name == "U":
-        norms = torch.linalg.vector_norm(t, dim=1, keepdim=True)  # (L+1, 1)
-        peak = float(norms.max())
-        if cap is not None:
-            t.mul_(torch.clamp(cap / norms.clamp_min(1e-300), max=1.0))
-    else:
-        peak = float(torch.linalg.vector_norm(t))
-        if cap is not None and peak > cap:
-            t.mul_(cap / peak)
-    return peak
-
-
-def project_to_cap(p: ToyParams, cap: float) -> float:
-    """Scale every vector back to norm ``<= cap`` in place (rows of ``U`` one by one; ``b0``, ``c`` clipped).
-
-    Returns the largest norm (``|value|`` for scalars and ``c``'s entries) before the projection: when it is
-    ``<= cap`` the projection changed nothing, bit for bit.
-    """
-    with torch.no_grad():
-        return max(_project(name, t, cap) for name, t in p.tensors().items())
-
-
-class PolarCoordinates:
-    """What the optimiser moves under ``parametrization="polar"``: each vector ``v`` (each row of ``U``) as
-    ``exp(min(ρ, log B)) u / |u|``, its log norm ``ρ`` and its direction ``u``, under the cap ``B``
-    (``cap=None``: no bound). Scalars (``b0``, ``c``'s entries) and vectors that are exactly zero at the start
-    (LN's bias at initialisation) keep their entries and :func:`project_to_cap`.
-
-    Why: counting to a larger L asks the read-out to grow with a score scale that is exponential in squared
-    norms (softmax: the boundary's weight ``a = exp(τ z_b·(z_b − z_s))``, the count read as ``w·z_s n / a``).
-    In the vectors' entries that valley bends exponentially and L-BFGS stalls in it; in log norms it is a
-    gentle curve (measured: module docstring). The cap is part of the map, so every point the line search
-    tries is inside the ball (no overflowing trial points) and the log norm's gradient is zero beyond it;
-    after each step ``ρ`` is set back to ``log B`` where it went past, which changes no vector.
-    """
-
-    def __init__(self, params: ToyParams, cap: float | None = None):
-        self.cap = cap
-        self.peak = 0.0  # the largest exp(ρ) any evaluation met since the last project()
-        self.rho: dict[str, torch.Tensor] = {}  # (1,) or, for U, (L+1, 1)
-        self.u: dict[str, torch.Tensor] = {}
-        with torch.no_grad():
-            for name, t in params.tensors().items():
-                if t.dim() == 0 or name == "c":
-                    continue
-                norms = torch.linalg.vector_norm(t, dim=-1, keepdim=True)
-                if bool((norms > 0).all()):
-                    self.rho[name] = norms.log().clone().requires_grad_(True)
-                    self.u[name] = (t / norms).clone().requires_grad_(True)
-        self.cartesian = [name for name in params.tensors() if name not in self.rho]
-
-    def leaves(self, params: ToyParams) -> list[torch.Tensor]:
-        """The tensors the optimiser steps."""
-        tensors = params.tensors()
-        return [*self.rho.values(), *self.u.values(), *(tensors[k] for k in self.cartesian)]
-
-    def _inside(self, rho: torch.Tensor) -> torch.Tensor:
-        """Where ``exp(ρ)`` is within the cap (bool, shaped like ``ρ``)."""
-        return torch.ones_like(rho, dtype=torch.bool) if self.cap is None else torch.exp(rho) <= self.cap
-
-    def _capped(self, rho: torch.Tensor) -> torch.Tensor:
-        """``ρ``, set to ``log B`` where ``exp(ρ)`` is past the cap."""
-        if self.cap is None:
-            return rho
-        return torch.where(self._inside(rho), rho, torch.full_like(rho, math.log(self.cap)))
-
-    def write(self, params: ToyParams) -> None:
-        """Set the polar vectors of ``params`` from ``(ρ, u)``, in place; records the largest ``exp(ρ)``."""
-        tensors = params.tensors()
-        with torch.no_grad():
-            for name, rho in self.rho.items():
-                self.peak = max(self.peak, float(torch.exp(rho).max()))
-                u = self.u[name]
-                tensors[name].copy_(torch.exp(self._capped(rho)) * u / torch.linalg.vector_norm(u, dim=-1, keepdim=True))
-
-    def set_grads(self, params: ToyParams, grads: dict[str, torch.Tensor]) -> None:
-        """Chain rule from the vectors' gradients (after :meth:`write`): ``dρ = g·v`` (0 beyond the cap),
-        ``du = |v|/|u| (g − (g·û) û)``. Empty ``grads`` (an infinite loss): zeros."""
-        tensors = params.tensors()
-        for name in self.cartesian:
-            tensors[name].grad = grads[name] if grads else torch.zeros_like(tensors[name])
-        for name, rho in self.rho.items():
-            u, v = self.u[name].detach(), tensors[name].detach()
-            g = grads[name] if grads else torch.zeros_like(u)
-            norm = torch.linalg.vector_norm(u, dim=-1, keepdim=True)
-            uh = u / norm
-            rho.grad = (g * v).sum(dim=-1, keepdim=True) * self._inside(rho.detach())
-            self.u[name].grad = (torch.linalg.vector_norm(v, dim=-1, keepdim=True) / norm
-                                 * (g - (g * uh).sum(dim=-1, keepdim=True) * uh))
-
-    def project(self, params: ToyParams) -> float:
-        """After a step: ``ρ`` back to ``log B`` where it went past, each ``u`` to unit norm (neither changes a
-        vector), the Cartesian parameters by :func:`project_to_cap`; writes ``params``. Returns the largest
-        norm any evaluation since the last call met (at most the cap: the cap changed nothing, bit for bit)."""
-        tensors = params.tensors()
-        with torch.no_grad():
-            for name, rho in self.rho.items():
-                self.peak = max(self.peak, float(torch.exp(rho).max()))  # where the step ended
-                rho.copy_(self._capped(rho))
-                u = self.u[name]
-                u.div_(torch.linalg.vector_norm(u, dim=-1, keepdim=True))
-            peak = max([self.peak, *(_project(name, tensors[name], self.cap) for name in self.cartesian)])
-        self.write(params)
-        self.peak = 0.0
-        return peak
-
-    def state(self) -> dict[str, dict[str, torch.Tensor]]:
-        return {"rho": {k: v.detach().clone() for k, v in self.rho.items()},
-                "u": {k: v.detach().clone() for k, v in self.u.items()}}
-
-    def load(self, state: dict[str, dict[str, torch.Tensor]], params: ToyParams) -> None:
-        with torch.no_grad():
-            for part, own in (("rho", self.rho), ("u", self.u)):
-                for k, v in own.items():
-                    v.copy_(state[part][k])
-        self.write(params)
-        self.peak = 0.0
 
 
 def log_score_scale(cfg: ToyConfig, p: ToyParams) -> float:
@@ -414,7 +313,8 @@ class Trainer:
 
     def __init__(self, cfg: ToyConfig, tcfg: TrainConfig, init: ToyParams | None = None):
         if cfg.readout != "regression" and (tcfg.loss != "mse" or tcfg.working_set):
-            raise UsageError("the max-error loss and working-set training are for the regression read-out")
+            raise ConfigError("readout", "the max-error {loss} and working-set training ({working_set}) are for the "
+                                         "regression {readout}", also=("loss", "working_set"))
         self.cfg, self.tcfg = cfg, tcfg
         self.params = (init.detach() if init is not None
                        else model.init_params(cfg, seed=tcfg.seed, scale=tcfg.init_scale))
@@ -596,7 +496,8 @@ class Trainer:
         if not isinstance(state, dict) or state.get("format") != _CHECKPOINT_FORMAT:
             raise UsageError(f"{source} is not a countlens training checkpoint; delete it to start afresh")
         refuse_other_settings(source, "the training state of a different run", state.get("fingerprint"),
-                              self.fingerprint(), fix="rerun with that run's settings or delete the checkpoint")
+                              self.fingerprint(), field="checkpoint",
+                              fix="rerun with that run's settings or delete the {field} file")
         with torch.no_grad():
             for name, t in self.params.tensors().items():
                 t.copy_(state["params"][name])
@@ -636,12 +537,8 @@ def train(cfg: ToyConfig, tcfg: TrainConfig, init: ToyParams | None = None, chec
     trainer = Trainer(cfg, tcfg, init=init)
     if checkpoint is not None and Path(checkpoint).exists():
         load_checkpoint(trainer, checkpoint)
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=tcfg.steps, initial=min(trainer.step_count, tcfg.steps), unit="step",
-                   desc=f"{cfg.variant} {cfg.readout} L={cfg.L} seed={tcfg.seed}", leave=False)
+    bar = progress_bar(tcfg.steps, f"{cfg.variant} {cfg.readout} L={cfg.L} seed={tcfg.seed}", True, unit="step",
+                       initial=min(trainer.step_count, tcfg.steps)) if progress else None
     saver = (lambda tr: save_checkpoint(tr, checkpoint)) if checkpoint is not None else None
     try:
         result = trainer.run(progress=bar.update if bar else None, on_checkpoint=saver,
@@ -651,11 +548,12 @@ def train(cfg: ToyConfig, tcfg: TrainConfig, init: ToyParams | None = None, chec
             bar.close()
     if saver is not None:
         saver(trainer)
+    result.provenance = result_provenance({"model": cfg, "train": tcfg})
     return result
 
 
 __all__ = [
     "OPTIMIZERS", "TrainConfig", "TrainResult", "TrainingDiverged", "Trainer", "train", "split_domain",
-    "project_to_cap", "log_score_scale", "spacing_ratio", "exact_accuracy", "loss_fn", "save_checkpoint",
-    "load_checkpoint", "params_digest", "PARAMETRIZATIONS", "PolarCoordinates",
+    "log_score_scale", "spacing_ratio", "exact_accuracy", "loss_fn", "save_checkpoint",
+    "load_checkpoint", "params_digest", "PARAMETRIZATIONS",
 ]

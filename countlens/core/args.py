@@ -110,11 +110,3 @@ def cli_message(exc: UsageError, parser: argparse.ArgumentParser | None) -> str:
 __all__ = ["OneLineParser", "HelpFormatter", "parse_float_list", "parse_int_list", "parse_window",
            "positive_int", "flag_for", "cli_message"]
 
-
-def reword(exc: UsageError, names: dict[str, str]) -> UsageError:  # removed once every room raises ConfigError
-    import re
-
-    text = str(exc)
-    for field, flag in sorted(names.items(), key=lambda kv: -len(kv[0])):
-        text = re.sub(rf"(?<![\w-]){re.escape(field)}(?![\w])", flag, text)
-    return UsageError(text)

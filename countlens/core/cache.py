@@ -15,16 +15,18 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from countlens.core.errors import UsageError
+from countlens.core.errors import ConfigError, UsageError, literal
 from countlens.core.io import config_digest, read_json, to_jsonable, write_json_atomic
 
 
-def refuse_other_settings(folder: str | os.PathLike, what: str, recorded: Any, wanted: Any,
-                          fix: str = "choose another --out folder or delete it") -> None:
-    """Raise :class:`UsageError` when ``folder`` (holding ``what``) was made with settings other than
-    ``wanted``; return quietly when they match (the run resumes). ``fix`` ends the message."""
+def refuse_other_settings(folder: str | os.PathLike, what: str, recorded: Any, wanted: Any, field: str = "out",
+                          fix: str = "choose another {field} folder or delete it") -> None:
+    """Raise a :class:`ConfigError` about ``field`` (the setting that named ``folder``) when ``folder``
+    (holding ``what``) was made with settings other than ``wanted``; return quietly when they match (the run
+    resumes). ``fix`` ends the message (``{field}`` names the setting)."""
     if _canonical(recorded) != _canonical(wanted):
-        raise UsageError(f"{folder} holds {what} made with other settings; {fix}")
+        raise ConfigError(field, f"{literal(folder)} holds {literal(what)} made with other settings; "
+                                 + fix.replace("{field}", "{" + field + "}"))
 
 
 def _canonical(obj: Any) -> Any:

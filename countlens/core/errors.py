@@ -8,7 +8,8 @@ error raised from Python names the field (``steps must be >= 1, got 0``). No num
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 
 EXIT_USAGE = 2
 
@@ -54,6 +55,9 @@ class ConfigError(UsageError):
         self.template = template
         super().__init__(self.render())
 
+    def __reduce__(self):  # an error raised in a worker process (a pool, a Ray actor) reaches the parent whole
+        return (type(self), (self.field, self.template, self.fields[1:]))
+
     def render(self, flag: Callable[[str], str | None] | None = None) -> str:
         """The message with each field named by ``flag(field)`` (a command-line flag), or by the field
         itself where ``flag`` is ``None`` or returns ``None``."""
@@ -63,6 +67,10 @@ class ConfigError(UsageError):
             names[f] = _Name(shown or f, shown is not None and shown.startswith("-"))
         return self.template.format(**names)
 
+    def within(self, context: str) -> ConfigError:
+        """The same error with ``context`` (plain text, e.g. ``model org/name``) before it."""
+        return ConfigError(self.field, literal(context) + ": " + self.template, self.fields[1:])
+
     def under(self, field: str) -> ConfigError:
         """The same error about the field ``field`` of an enclosing config (a nested config's field is
         set through the enclosing one's, e.g. Table 3's ``attained_working_set`` through the training
@@ -71,4 +79,24 @@ class ConfigError(UsageError):
         return ConfigError(field, template, self.fields[1:])
 
 
-__all__ = ["EXIT_USAGE", "UsageError", "ConfigError"]
+def literal(text: object) -> str:
+    """``text`` as literal text inside a :class:`ConfigError` template (its braces doubled): a value the
+    user gave, a file name, another error's message."""
+    return str(text).replace("{", "{{").replace("}", "}}")
+
+
+@contextlib.contextmanager
+def about(field: str) -> Iterator[None]:
+    """Inside the block, a :class:`UsageError` that names no config field becomes a :class:`ConfigError`
+    about ``field`` (its message after the field's name): an input file that is missing or does not read, a
+    location spec that names no location — a bad value of the field that holds it, so the command line
+    names its flag. A :class:`ConfigError` passes unchanged."""
+    try:
+        yield
+    except ConfigError:
+        raise
+    except UsageError as exc:
+        raise ConfigError(field, "{" + field + "}: " + literal(exc)) from None
+
+
+__all__ = ["EXIT_USAGE", "UsageError", "ConfigError", "literal", "about"]

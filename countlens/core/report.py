@@ -48,19 +48,17 @@ class StageLike(Protocol):
 
     name: str
     title: str
-    outputs: tuple[str, ...]
-    result_type: Any
+    result_type: Any  # a countlens.core.results.Result class: its FILE is the stage's result file
     view: Callable[[Page, Section], None] | None
 
 
 @dataclass
 class Section:
-    """One stage's part of the page: its result file ``rel`` (relative to OUT), the JSON ``data`` and the
-    ``result`` read back from it."""
+    """One stage's part of the page: its result file ``rel`` (relative to OUT) and the typed ``result`` read
+    back from it (``from_dict``); a view iterates the result and shows values as spans of ``rel``."""
 
     stage: StageLike
     rel: str
-    data: dict[str, Any]
     result: Any
 
 

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from countlens.core.cache import refuse_other_settings
-from countlens.core.errors import UsageError
+from countlens.core.errors import ConfigError, UsageError, literal
 from countlens.core.io import read_json, write_json_atomic
 
 META = "meta.json"
@@ -119,7 +119,7 @@ class ActivationWriter:
             raise ValueError(f"acts has shape {acts.shape}, expected (rows, {len(self.meta['locations'])}, "
                              f"{self.meta['d']})")
         if not np.all(np.isfinite(acts)):
-            raise UsageError("captured activations hold NaN or inf; try --dtype float32")
+            raise ConfigError("dtype", "captured activations hold NaN or inf; try {dtype:float32}")
         answers = all(k in rows for k in ANSWER_COLUMNS)
         data = {k: rows[k] if k in rows or k not in OPTIONAL_COLUMNS else [OPTIONAL_COLUMNS[k]] * len(acts)
                 for k in COLUMNS + (ANSWER_COLUMNS if answers else ()) if k != "acts"}
@@ -157,7 +157,8 @@ def existing_capture(out_dir: str | os.PathLike, settings: Any) -> dict[str, Any
         refuse_other_settings(out_dir, "a capture", old.get("settings"), settings)
         return old
     if out_dir.exists() and any(out_dir.iterdir()):
-        raise UsageError(f"{out_dir} exists and is not a countlens capture; choose an empty --out folder")
+        raise ConfigError("out", f"{literal(out_dir)} exists and is not a countlens capture; choose an empty {{out}} "
+                                 "folder")
     return None
 
 

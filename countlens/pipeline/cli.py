@@ -1,8 +1,9 @@
-"""The countlens command: one entry point, one subcommand per area, and the pipeline.
+"""The countlens command: one entry point, one subcommand per area, and the pipeline's own commands.
 
-Each area registers its own subcommands (``register(subparsers)`` in ``countlens.<area>.cli``); this module
-adds ``reproduce`` (:mod:`countlens.pipeline.reproduce`), parses, dispatches, and turns bad input into a one-line
-error with exit status 2.
+Each room registers its own subcommands (``register(subparsers)`` in ``countlens.<room>.cli``); this module
+adds ``reproduce`` and ``study``, parses, dispatches, and turns bad input into a one-line error with exit
+status 2 — a :class:`~countlens.core.errors.ConfigError` worded with the flags of the command that ran
+(:func:`countlens.core.args.cli_message`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from countlens.core.errors import EXIT_USAGE, UsageError
 DESCRIPTION = """How a transformer represents a count, and what that costs in parameter norm.
 
   countlens reproduce --quick --out report   every table and figure, and report/index.html
+  countlens study --models A,B --out study   the analysis over several models, and one comparison
   countlens toy ...                          the toy theory: constructions, checks, Tables 1-3, Figures 1-4
   countlens llm ...                          chat-model prompts and residual-stream capture
   countlens probe ...                        ridge probes: Figures 7 and 8
@@ -25,7 +27,7 @@ DESCRIPTION = """How a transformer represents a count, and what that costs in pa
 
 Definitions of every quantity: docs/definitions.md. Each command's --help lists its options."""
 
-# The areas' command modules, each with register(subparsers), by the commands they add; only this module
+# The rooms' command modules, each with register(subparsers), by the commands they add; only this module
 # imports them, and only the one a command line names (so `countlens toy ...` does not import the LLM side).
 _AREAS = {
     "toy": "countlens.toy.cli",
@@ -33,8 +35,11 @@ _AREAS = {
     "probe": "countlens.probes.cli",
     "geometry": "countlens.analysis.cli",
     "compare": "countlens.analysis.cli",
-    "study": "countlens.pipeline.study",
 }
+_PIPELINE = ("reproduce", "study")
+# The capture options reproduce and study take (declared once, by the llm room's command line).
+REPRODUCE_CAPTURE = ("model", "gguf_file", "device", "dtype", "template", "batch_size")
+STUDY_CAPTURE = ("device", "dtype", "batch_size", "template")
 
 
 class Parser(OneLineParser):
@@ -49,7 +54,7 @@ class Parser(OneLineParser):
 def _named_command(argv: list[str] | None) -> str | None:
     """The command a command line names (its first argument), if it is one of ours."""
     first = argv[0] if argv else None
-    return first if first == "reproduce" or first in _AREAS else None
+    return first if first in _PIPELINE or first in _AREAS else None
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
@@ -63,14 +68,31 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     command = _named_command(argv)
     if command in (None, "reproduce"):
         register_reproduce(sub)
+    if command in (None, "study"):
+        register_study(sub)
     for module in dict.fromkeys(m for c, m in _AREAS.items() if command in (None, c)):
         importlib.import_module(module).register(sub)
     return parser
 
 
+def _add_preset(p: argparse.ArgumentParser, full_help: str) -> None:
+    from countlens.pipeline.presets import PRESETS
+
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="the reduced sizes (the default; make demo)")
+    size.add_argument("--full", action="store_true", help=full_help)
+    size.add_argument("--preset", choices=tuple(PRESETS), default=None,
+                      help="size preset by name: quick, full, or test (tiny sizes for the test suite) "
+                           "(default: quick)")
+
+
+def _preset(args: argparse.Namespace) -> str:
+    return "full" if args.full else args.preset or "quick"
+
+
 def register_reproduce(subparsers) -> None:
-    from countlens.llm.experiments import CaptureConfig
-    from countlens.pipeline.reproduce import PRESETS, stage_titles
+    from countlens.llm.cli import add_capture_options
+    from countlens.pipeline.reproduce import stage_titles
 
     names = stage_titles()
     width = max(len(n) for n in names)
@@ -81,23 +103,8 @@ def register_reproduce(subparsers) -> None:
                     "Finished stages are reused; a failed stage is reported by name and the others still run.",
         epilog="stages (run in this order; --stages picks some):\n"
                + "\n".join(f"  {n:<{width}}  {t}" for n, t in names.items()))
-    size = p.add_mutually_exclusive_group()
-    size.add_argument("--quick", action="store_true", help="the reduced sizes (the default; make demo)")
-    size.add_argument("--full", action="store_true", help="the paper's sizes (hours)")
-    size.add_argument("--preset", choices=tuple(PRESETS), default=None,
-                      help="size preset by name: quick, full, or test (tiny sizes for the test suite) "
-                           "(default: quick)")
-    p.add_argument("--model", default="default", help="model for the capture: hub name, folder, GGUF file, or "
-                                                      "default (the embedded SmolLM2-135M-Instruct)")
-    capture = CaptureConfig()
-    p.add_argument("--gguf-file", default=None, help="GGUF file inside --model, as for llm capture (default: the "
-                                                     "folder's only GGUF file)")
-    p.add_argument("--device", default=None, help=f"device for the capture (default: {capture.device})")
-    p.add_argument("--dtype", default=None, help=f"the model's compute dtype for the capture (default: {capture.dtype})")
-    p.add_argument("--template", default=None, help="chat template for the capture: chat, or plain for a model "
-                                                    f"without one (default: {capture.template})")
-    p.add_argument("--batch-size", type=int, default=None,
-                   help=f"prompts per forward pass in the capture (default: {capture.batch_size})")
+    _add_preset(p, "the paper's sizes (hours)")
+    add_capture_options(p, REPRODUCE_CAPTURE, defaults=None)
     p.add_argument("--stages", default=None,
                    help="comma-separated stages to run, from the list below (default: all)")
     p.add_argument("--out", required=True, help="report folder")
@@ -105,20 +112,58 @@ def register_reproduce(subparsers) -> None:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
+    from countlens.llm.cli import capture_options
     from countlens.pipeline.reproduce import reproduce
 
-    preset = "full" if args.full else args.preset or "quick"
-    capture = {"model": args.model, "gguf_file": args.gguf_file, "device": args.device, "dtype": args.dtype,
-               "template": args.template, "batch_size": args.batch_size}
     only = [s.strip() for s in args.stages.split(",") if s.strip()] if args.stages else None
     out = Path(args.out)
-    summary = reproduce(out, preset, {k: v for k, v in capture.items() if v is not None}, only)
+    summary = reproduce(out, _preset(args), capture_options(args, REPRODUCE_CAPTURE), only)
     failed = [s for s in summary["stages"] if s["status"] in ("failed", "skipped")]
     for s in failed:
         print(f"reproduce: stage {s['stage']} {s['status']}: {s['reason']}", file=sys.stderr)
     done = sum(s["status"] == "done" for s in summary["stages"])
     print(f"reproduce: report written to {out / 'index.html'} ({done}/{len(summary['stages'])} stages done)")
     return 1 if failed else 0
+
+
+STUDY_DESCRIPTION = """\
+Run the analysis over several models and compare them: for each model, capture -> probes -> geometry ->
+toy comparison into OUT/models/<name>/ with its own report; then OUT/study.png (Figure 5's two curves of
+every model against relative depth), OUT/study.csv and OUT/index.html linking every model's report.
+A finished model is reused on a rerun; with --ray each model is one Ray task on its own GPU or CPU slot.
+"""
+
+
+def register_study(subparsers) -> None:
+    from countlens.llm.cli import add_capture_options
+
+    p = subparsers.add_parser("study", help="the analysis over several models, and one comparison across them",
+                              description=STUDY_DESCRIPTION)
+    p.add_argument("--models", required=True, type=lambda text: tuple(text.split(",")),
+                   help="comma-separated models, each as for llm capture --model (hub id, folder, .gguf, default)")
+    p.add_argument("--out", required=True, help="study folder (a rerun reuses the models finished before)")
+    _add_preset(p, "the paper's sizes for every model (default: quick)")
+    p.add_argument("--ray", nargs="?", const="auto", default=None, metavar="auto|ADDRESS|local:N",
+                   help="run each model as a Ray task: auto (the cluster this machine joined), a cluster address, "
+                        "or local:N (N slots here); --out must be on storage every node sees "
+                        "(default: no Ray, one model after another)")
+    add_capture_options(p, STUDY_CAPTURE, defaults=None)
+    p.add_argument("--patching", action="store_true",
+                   help="also run Figure 9 (boundary patching and steering along the probe) in every model's report")
+    p.set_defaults(func=cmd_study)
+
+
+def cmd_study(args: argparse.Namespace) -> int:
+    from countlens.llm.cli import capture_options
+    from countlens.pipeline.study import StudyConfig, run_study
+
+    out = Path(args.out)
+    config = StudyConfig(models=args.models, preset=_preset(args), capture=capture_options(args, STUDY_CAPTURE),
+                         patching=args.patching)
+    result, failures = run_study(config, out, args.ray)
+    if result.models:
+        print(f"study: {len(result.models)} of {len(config.models)} models compared in {out / 'index.html'}")
+    return 1 if failures else 0
 
 
 def main(argv: list[str] | None = None) -> int:

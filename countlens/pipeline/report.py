@@ -111,16 +111,16 @@ def _section(page: Page, stage: StageLike) -> None:
     if status:
         page.add(status)
         return
-    rel = f"{stage.name}/{stage.outputs[0]}" if stage.outputs else None
-    data = page.load(rel) if rel else None
+    rel = f"{stage.name}/{stage.result_type.FILE}"
+    data = page.load(rel)
     try:
-        result = stage.result_type.from_dict(data) if stage.result_type is not None and data is not None else data
+        result = stage.result_type.from_dict(data) if data is not None else None
     except (KeyError, TypeError, ValueError, UsageError) as exc:
         page.add(f'<p class="failed">{html.escape(rel)} does not hold this stage\'s result '
                  f"({html.escape(exc.__class__.__name__)}); its keys:</p>" + generic_table(page, rel))
         result = None
     if result is not None and stage.view is not None:
-        stage.view(page, Section(stage, rel, data, result))
+        stage.view(page, Section(stage, rel, result))
     _figures(page, stage.name, stage.title)
 
 

@@ -1,6 +1,9 @@
-"""A synthetic capture folder for the geometry, compare and probe tests."""
+"""A synthetic capture folder for the geometry, compare and probe tests, and the result round trip they
+check."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 
@@ -26,3 +29,12 @@ def write_capture(path, counts, seeds=(0, 1), reps=2, n_loc=4, d=6, pairs=("a", 
         "boundary_index": [0] * len(rows), "n_tokens": (n + 1).tolist()})
     writer.finish()
     return acts, n, np.array([s for s, _, _ in rows])
+
+
+def assert_round_trip(result):
+    """``type(result).from_dict`` of its JSON document (through ``json``) equals ``result`` field for field,
+    and the document it writes again is the same. Returns the result read back."""
+    again = type(result).from_dict(json.loads(json.dumps(result.to_dict())))
+    assert again == result
+    assert json.dumps(again.to_dict(), sort_keys=True) == json.dumps(result.to_dict(), sort_keys=True)
+    return again

@@ -44,3 +44,28 @@ def family_model(tmp_path_factory, smollm2_tokenizer):
             built[name] = build_family_model(root / name, BY_NAME[name], seed=0, smollm2_dir=smollm2_tokenizer)
         return built[name]
     return get
+
+
+def write_probes(path, meta: dict, best: int = 1, seed: int = 7, **source):
+    """Write a ``probes.json`` (:class:`~countlens.probes.experiments.ProbeResult`) for the capture whose
+    ``meta.json`` is ``meta``: one random probe direction at every location, the validation-selected best at
+    location ``best``; ``source`` overrides what the file says it was fitted on (model, rows, d). Returns
+    ``path``."""
+    import numpy as np
+
+    from countlens.probes.experiments import LocationProbes, ProbeFit, ProbeResult
+
+    w = np.random.default_rng(seed).standard_normal(meta["d"]).tolist()
+
+    def fit(acc: float) -> ProbeFit:
+        return ProbeFit(seed=0, alpha=1.0, alpha_rel=1.0, val_rounded_acc=acc, test_rounded_acc=acc, r2=0.5,
+                        mae=1.0, coef_norm=float(np.linalg.norm(w)), intercept=0.0, binned=[], n_train=1, n_val=1,
+                        n_test=1, val_rounded_acc_path=[acc], coef_norm_path=[1.0], coef=w)
+
+    result = ProbeResult(config={}, source={"model": meta["model"], "rows": meta["n_prompts"], "d": meta["d"],
+                                            **source}, alphas=[1.0],
+                         locations=[LocationProbes(name, i, [fit(0.9 if i % len(meta["locations"]) == best %
+                                                                 len(meta["locations"]) else 0.1)])
+                                    for i, name in enumerate(meta["locations"])])
+    result.write(path)
+    return path

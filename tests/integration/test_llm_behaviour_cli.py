@@ -4,14 +4,12 @@ they write, and bad input (one line, exit 2, nothing written)."""
 import json
 import shutil
 
-import numpy as np
 import pytest
 
-from countlens.core.io import write_json_atomic
 from countlens.core.store import load_capture, read_meta
 from countlens.pipeline.cli import main
 from tests.helpers.cli import assert_one_line_error, run_countlens
-from tests.helpers.llm_fixtures import smollm2_tokenizer, tiny_model_dir, tiny_models  # noqa: F401
+from tests.helpers.llm_fixtures import smollm2_tokenizer, tiny_model_dir, tiny_models, write_probes  # noqa: F401
 
 SMALL = ["--L", "12", "--pairs", "a/b", "--configs", "count", "--seeds", "0", "--quiet"]
 
@@ -24,11 +22,9 @@ def capture_with_answers(tiny_model_dir, tmp_path_factory):  # noqa: F811
     return out
 
 
-def probes_for(meta, **source):
-    w = np.random.default_rng(3).standard_normal(meta["d"]).tolist()
-    return {"source": {"model": meta["model"], "rows": meta["n_prompts"], "d": meta["d"], **source},
-            "best_location": meta["locations"][-1],
-            "locations": [{"name": n, "fits": [{"coef": w}]} for n in meta["locations"]]}
+def probes_for(capture, path, **source):
+    """A probes.json for ``capture`` (best location: the last), as `countlens probe` writes one."""
+    return write_probes(path, read_meta(capture), best=-1, seed=3, **source)
 
 
 def test_capture_answers_columns(capture_with_answers):
@@ -53,7 +49,7 @@ def read_meta_names(n):
 
 
 def test_steer_writes_result_and_figure(capsys, capture_with_answers, tmp_path):
-    write_json_atomic(tmp_path / "probes.json", probes_for(read_meta(capture_with_answers)))
+    probes_for(capture_with_answers, tmp_path / "probes.json")
     out = tmp_path / "out"
     code, _, err = run_countlens(capsys, "llm", "steer", "--acts", str(capture_with_answers), "--probes",
                            str(tmp_path / "probes.json"), "--deltas=-2,0,2", "--counts", "3,6",
@@ -66,7 +62,7 @@ def test_steer_writes_result_and_figure(capsys, capture_with_answers, tmp_path):
 @pytest.mark.parametrize(("deltas", "word"), [("", "--deltas"), ("nan", "--deltas"), ("1,inf", "--deltas"),
                                               ("a,b", "--deltas")])
 def test_steer_refuses_bad_delta_grids(capsys, capture_with_answers, tmp_path, deltas, word):
-    write_json_atomic(tmp_path / "probes.json", probes_for(read_meta(capture_with_answers)))
+    probes_for(capture_with_answers, tmp_path / "probes.json")
     code, _, err = run_countlens(capsys, "llm", "steer", "--acts", str(capture_with_answers), "--probes",
                            str(tmp_path / "probes.json"), "--deltas", deltas, "--out", str(tmp_path / "out"))
     assert_one_line_error(code, err, word)
@@ -75,10 +71,22 @@ def test_steer_refuses_bad_delta_grids(capsys, capture_with_answers, tmp_path, d
 
 @pytest.mark.parametrize("source", [{"model": "someone/else"}, {"rows": 999}])
 def test_steer_refuses_a_probe_file_from_another_capture(capsys, capture_with_answers, tmp_path, source):
-    write_json_atomic(tmp_path / "probes.json", probes_for(read_meta(capture_with_answers), **source))
+    probes_for(capture_with_answers, tmp_path / "probes.json", **source)
     code, _, err = run_countlens(capsys, "llm", "steer", "--acts", str(capture_with_answers), "--probes",
                            str(tmp_path / "probes.json"), "--out", str(tmp_path / "out"))
-    assert_one_line_error(code, err, "another capture")
+    assert_one_line_error(code, err, "--probes holds probes fitted on another capture", "on --acts")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["--location", "blocks.9.hook_resid_post"], ["--location", "does not exist"]),
+    (["--counts", "90,95"], ["none of --counts"]), (["--max-prompts", "0"], ["--max-prompts must be >= 1"]),
+    (["--answer-tokens", "0"], ["--answer-tokens must be >= 1"]), (["--device", "gpu"], ["--device must be one of"])])
+def test_steer_errors_name_the_flag(capsys, capture_with_answers, tmp_path, argv, words):
+    probes_for(capture_with_answers, tmp_path / "probes.json")
+    code, _, err = run_countlens(capsys, "llm", "steer", "--acts", str(capture_with_answers), "--probes",
+                                 str(tmp_path / "probes.json"), *argv, "--out", str(tmp_path / "out"))
+    assert_one_line_error(code, err, *words)
     assert not (tmp_path / "out").exists()
 
 
@@ -87,6 +95,20 @@ def test_patch_refuses_unpaired_counts(capsys, tiny_model_dir, tmp_path):  # noq
                            "--targets", "3", "--out", str(tmp_path / "out"))
     assert_one_line_error(code, err, "--sources", "--targets")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["--sources", "200", "--targets", "3"], ["--sources must lie in 0..12 (at most --L)"]),
+    (["--sources", "3", "--targets", "30"], ["--targets must lie in 0..12"]),
+    (["--locations", "0:9"], ["--locations", "does not exist"]), (["--batch-size", "0"], ["--batch-size must be"]),
+    (["--answer-tokens", "0"], ["--answer-tokens must be"]), (["--pairs", "a/a"], ["--pairs: a pair is two"]),
+    (["--configs", "poem"], ["--configs must be among"]), (["--device", "gpu"], ["--device must be one of"])])
+def test_patch_errors_name_the_flag(capsys, tiny_model_dir, tmp_path, argv, words):  # noqa: F811
+    """Regression: ``llm patch --sources 200 --targets 3`` said "--counts must lie in 0..64", a flag patch lacks."""
+    code, _, err = run_countlens(capsys, "llm", "patch", "--model", str(tiny_model_dir), *SMALL, *argv,
+                                 "--out", str(tmp_path / "out"))
+    assert_one_line_error(code, err, *words)
+    assert "--counts" not in err and not (tmp_path / "out").exists()
 
 
 def test_answers_refused_on_a_model_without_a_generation_prompt(capsys, tiny_model_dir, tmp_path):  # noqa: F811

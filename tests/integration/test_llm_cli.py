@@ -49,7 +49,15 @@ def test_capture_and_prompts_commands(tiny_models, tmp_path, capsys):  # noqa: F
     (["--L", "1100", "--counts", "1100"], ["context is 1024", "lower --L"]),
     (["--counts", "5:2"], ["--counts"]),
     (["--batch-size", "0"], ["--batch-size"]),
-    (["--locations", "0:7"], ["--locations"]),
+    (["--locations", "0:7"], ["--locations: location '0:7' does not exist"]),
+    (["--shard-rows", "0"], ["--shard-rows must be >= 1"]),
+    (["--answer-tokens", "0"], ["--answer-tokens must be >= 1"]),
+    (["--per-count", "0"], ["--per-count must be >= 1"]),
+    (["--configs", "poem"], ["--configs must be among"]),
+    (["--counts", "0:9"], ["--counts must lie in 0..8 (at most --L)"]),
+    (["--answers", "--backend", "transformer-lens"], ["--answers needs --backend hf"]),
+    (["--device", "gpu"], ["--device must be one of"]),
+    (["--revision", "v1"], ["--revision applies to hub ids"]),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tiny_models, tmp_path, capsys, argv, words):  # noqa: F811
     base = ["--model", str(tiny_models["llama"]), "--pairs", "a/b", "--configs", "count", "--seeds", "0",
@@ -130,10 +138,16 @@ def test_resume_after_kill_9_loses_nothing(tiny_models, tmp_path):  # noqa: F811
     np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)  # batch 1 vs 16: float rounding only
 
 
+def test_prompts_command_errors_name_its_flags(tiny_models, capsys):  # noqa: F811
+    code, _, err = run_countlens(capsys, "llm", "prompts", "--model", str(tiny_models["llama"]), "--L", "4",
+                                 "--counts", "0:9")
+    assert_one_line_error(code, err, "--counts must lie in 0..4 (at most --L)")
+
+
 def test_pairs_command_lists_single_token_pairs(tiny_models, capsys):  # noqa: F811
     code, text, _ = run_countlens(capsys, "llm", "pairs", "--model", str(tiny_models["llama"]), "--candidates",
                             "a/b,cat/elephantine,red/blue")
     lines = text.strip().splitlines()
     assert code == 0 and lines[:2] == ["a/b", "red/blue"] and "2 of 3 candidate pairs" in lines[-1]
     code, _, err = run_countlens(capsys, "llm", "pairs", "--model", str(tiny_models["llama"]), "--candidates", "a-b")
-    assert_one_line_error(code, err, "--candidates")
+    assert_one_line_error(code, err, "--candidates takes target/distractor items")

@@ -55,7 +55,7 @@ def assert_refused(capsys, tmp_path, argv, *words):
 
 
 def test_good_config_passes_preflight_without_weights(weightless, tmp_path):
-    preflight_capture(CaptureConfig(model=str(weightless)), out=tmp_path / "out", progress=False)
+    preflight_capture(CaptureConfig().with_options(model=str(weightless)), out=tmp_path / "out", progress=False)
     assert not (tmp_path / "out").exists()
 
 
@@ -106,7 +106,7 @@ def test_preflight_opens_no_weight_file(family_model, tmp_path, monkeypatch):  #
                      if recording[0] and event == "open" and args else None)
     folder = family_model("qwen2")
     try:
-        preflight_capture(CaptureConfig(model=str(folder)), progress=False)
+        preflight_capture(CaptureConfig().with_options(model=str(folder)), progress=False)
     finally:
         recording[0] = False
     weights = [p for p in opened if p.startswith(str(folder)) and p.endswith(WEIGHT_SUFFIXES)]

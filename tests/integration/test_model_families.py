@@ -31,11 +31,11 @@ def template_of(family: Family) -> str:
     return "plain" if family.template is None else "chat"
 
 
-@pytest.mark.slow  # 3,636 prompts: about 10 s a family
+@pytest.mark.slow  # 3,636 prompts a family
 @pytest.mark.parametrize("name", NAMES)
 def test_default_prompt_set_builds_with_the_family_template(family_model, name):  # noqa: F811
     family = BY_NAME[name]
-    plan = plan_capture(CaptureConfig(model=str(family_model(name)), template=template_of(family)), progress=False)
+    plan = plan_capture(CaptureConfig().with_options(model=str(family_model(name)), template=template_of(family)), progress=False)
     tok = plan.tokenizer
     assert len(plan.prompts) == 101 * 4 * 3 * 3
     assert len({p.ids[-1] for p in plan.prompts}) == 1
@@ -131,7 +131,7 @@ def test_real_tokenizer_default_prompts_and_capture(family, arch, template, endi
         model.get_input_embeddings().weight.mul_(20.0)
     model.save_pretrained(str(folder))
     tok.save_pretrained(str(folder))
-    plan = plan_capture(CaptureConfig(model=str(folder)), progress=False)
+    plan = plan_capture(CaptureConfig().with_options(model=str(folder)), progress=False)
     assert len(plan.prompts) == 3636 and len({p.ids[-1] for p in plan.prompts}) == 1
     out = tmp_path / "cap"
     assert main(["llm", "capture", "--model", str(folder), *SMALL, "--out", str(out)]) == 0

@@ -9,7 +9,7 @@ from sklearn.linear_model import Ridge
 
 from countlens.core.store import ActivationWriter, features
 from countlens.pipeline.cli import main
-from countlens.probes.experiments import split_rows
+from countlens.probes.experiments import ProbeResult, split_rows
 from countlens.probes.metrics import rounded_accuracy
 from countlens.toy.model import ToyConfig, init_params
 
@@ -53,6 +53,7 @@ def test_probe_writes_results_that_a_loop_of_sklearn_fits_reproduces(tmp_path, c
     assert code == 0 and "best by validation: blocks.1.hook_resid_post" in stdout
     result = json.loads((out / "probes.json").read_text())
     assert result["provenance"]["config"]["seeds"] == [0, 1] and result["best_location"] == NAMES[2]
+    assert ProbeResult.read(out).locations[1].fits[0].alpha == result["locations"][1]["fits"][0]["alpha"]
     loc = result["locations"][1]
     fit = loc["fits"][0]
     for key in ("alpha", "val_rounded_acc", "test_rounded_acc", "r2", "coef_norm"):
@@ -128,12 +129,17 @@ def _raw_capture(path, columns, acts):
 @pytest.mark.parametrize("case,argv_tail,message", [
     ("no-count", [], "no 'n' (count)"),
     ("nan", [], "NaN or inf"),
-    ("few", [], "needs at least"),
+    ("few", [], "split (--split) needs at least 5; capture more prompts"),
     ("ok", ["--alphas=-1,1"], "--alphas must be finite and >= 0"),
     ("ok", ["--alphas", "0:1:5"], "lo, hi > 0"),
-    ("ok", ["--locations", "blocks.7.hook_resid_post"], "does not exist"),
-    ("ok", ["--split", "0.5,0.5"], "--split"),
-    ("ok", ["--classifier", "--classifier-C", "1,0"], "--classifier-C values must be > 0"),
+    ("ok", ["--seeds", "x"], "--seeds must be integers"),
+    ("ok", ["--locations", "blocks.7.hook_resid_post"], "--locations: location 'blocks.7.hook_resid_post' does not"),
+    ("ok", ["--figure-locations", "nope"], "--figure-locations: location 'nope' does not exist"),
+    ("ok", ["--split", "0.5,0.5"], "--split must be three fractions"),
+    ("ok", ["--split", "0.5,0.6,0.2"], "--split (train/validation/test) must be >= 0"),
+    ("ok", ["--split", "0.8,0.2,0"], "--split must be three train, validation, test fractions with test > 0"),
+    ("ok", ["--blas-threads", "-2"], "--blas-threads must be a positive number of threads"),
+    ("ok", ["--classifier", "--classifier-C", "1,0"], "--classifier-C values must be finite and > 0"),
     ("ok", ["--classifier", "--classifier-C", "big"], "--classifier-C must be a comma-separated list"),
     ("missing", [], "not a countlens activation folder"),
 ])
@@ -161,11 +167,18 @@ def test_sweep_and_toy_acts_bad_input(tmp_path, capsys):
     acts_dir, _, _ = _synthetic_capture(tmp_path / "acts", rows=40)
     code, _, err = _run(["probe", "sweep", "--acts", str(acts_dir), "--location", "nope", "--out",
                          str(tmp_path / "o")], capsys)
-    assert code == 2 and "does not exist" in err
+    assert code == 2 and "--location: location 'nope' does not exist" in err
+    code, _, err = _run(["probe", "sweep", "--acts", str(acts_dir), "--split", "0.5,0.6,0.2", "--out",
+                         str(tmp_path / "o")], capsys)
+    assert code == 2 and "--split (train/validation/test) must be" in err  # the sweep's own flag
+    code, _, err = _run(["probe", "--acts", str(acts_dir), "sweep", "--alphas=-1", "--out", str(tmp_path / "o")],
+                        capsys)
+    assert code == 2 and "--alphas must be finite and >= 0" in err
     code, _, err = _run(["probe", "sweep", "--location", "1", "--out", str(tmp_path / "o")], capsys)
     assert code == 2 and "--acts is required" in err
     cfg = ToyConfig("softmax", d=3, L=5)
-    (tmp_path / "p.json").write_text(json.dumps(init_params(cfg).to_dict(cfg)))
+    params = {k: v for k, v in init_params(cfg).to_dict(cfg).items() if k != "L"}  # a file that does not say L
+    (tmp_path / "p.json").write_text(json.dumps(params))
     code, _, err = _run(["probe", "toy-acts", "--params", str(tmp_path / "p.json"), "--out", str(tmp_path / "t")],
                         capsys)
     assert code == 2 and "pass --L" in err

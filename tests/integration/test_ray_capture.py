@@ -1,5 +1,6 @@
 """Sharded capture on a local Ray cluster: the same rows as one process, a SIGKILLed worker, resume."""
 
+import json
 import os
 import shutil
 import signal
@@ -18,7 +19,7 @@ from tests.helpers.llm_fixtures import smollm2_tokenizer, tiny_models  # noqa: F
 
 ray = pytest.importorskip("ray")
 
-from countlens.llm.distributed import run_capture_on_ray  # noqa: E402
+from countlens.llm.distributed import RayCaptureResult, run_capture_on_ray  # noqa: E402
 from countlens.llm.experiments import CaptureConfig  # noqa: E402
 
 SMALL = ["--L", "12", "--counts", "0:12", "--pairs", "a/b", "--configs", "count", "--seeds", "0,1", "--quiet"]
@@ -26,7 +27,7 @@ SMALL = ["--L", "12", "--counts", "0:12", "--pairs", "a/b", "--configs", "count"
 
 def config(model, **extra) -> CaptureConfig:
     """26 prompts (counts 0..12, two seeds) of one pair and one wording."""
-    return CaptureConfig(model=str(model), **{"L": 12, "counts": list(range(13)), "pairs": [["a", "b"]],
+    return CaptureConfig().with_options(model=str(model), **{"L": 12, "counts": list(range(13)), "pairs": [["a", "b"]],
                                                "configs": ["count"], "seeds": [0, 1], **extra})
 
 
@@ -129,6 +130,7 @@ def test_resumed_run_schedules_only_missing_shards(tiny_models, tmp_path, local_
     cfg = config(tiny_models["gpt2"], shard_rows=8)
     first = run_capture_on_ray(cfg, out, "local:2", progress=False)
     assert first.scheduled == [0, 1, 2, 3]
+    assert RayCaptureResult.from_dict(json.loads(json.dumps(first.to_dict()))) == first
     reference = rows(out)
     # an interrupted run: a shard is missing and the folder is not complete
     shutil.rmtree(out / SHARDS / "00002")

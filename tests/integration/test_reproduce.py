@@ -10,8 +10,11 @@ import subprocess
 import pytest
 
 from countlens.core.errors import UsageError
+from countlens.core.results import Result
 from countlens.pipeline.cli import main
-from countlens.pipeline.reproduce import PRESETS, Stage, build_stages, run_stage
+from countlens.pipeline.presets import PRESETS
+from countlens.pipeline.reproduce import build_stages
+from countlens.pipeline.stages import Stage, run_stage
 from tests.helpers.report_checks import check_report
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -49,6 +52,21 @@ def test_reproduce_writes_a_complete_report(report):
     geo = json.loads((out / "geometry" / "geometry.json").read_text())
     assert geo["high_window"] == [8, 11] and len(geo["per_location"]) == 3
     assert (out / "geometry" / "figure5.csv").is_file() and (out / "compare" / "compare.csv").is_file()
+
+
+@pytest.mark.slow
+def test_a_relative_out_is_the_same_report(report, tiny_model, monkeypatch):
+    # A stage's identity is its config: the report made with an absolute --out is reused, stage for stage,
+    # through a relative one (and progress bars or --out-derived paths are not part of it).
+    out, _ = report
+    before = {p: p.stat().st_mtime_ns for p in out.glob("*/stage.json")}
+    monkeypatch.chdir(out.parent)
+    assert main(["reproduce", "--preset", "test", "--model", str(tiny_model), "--out", out.name]) == 0
+    summary = json.loads((out / "reproduce.json").read_text())
+    assert [s["stage"] for s in summary["stages"] if not s["reused"]] == []
+    assert before == {p: p.stat().st_mtime_ns for p in out.glob("*/stage.json")}
+    settings = json.loads((out / "geometry" / "stage.json").read_text())["settings"]
+    assert settings["config"]["acts"] == "capture/acts" and str(out) not in json.dumps(settings)
 
 
 @pytest.mark.slow
@@ -113,19 +131,29 @@ def test_an_unknown_model_is_refused_before_any_stage(tmp_path, capsys):
     assert not out.exists()
 
 
-def _stage(run, outputs=("result.json",)):
-    return Stage("s", "a stage", {"x": 1}, run, outputs)
+@dataclasses.dataclass(frozen=True)
+class _Config:
+    x: int = 1
 
 
-def test_a_stage_that_writes_nothing_fails_clearly(tmp_path):
+@dataclasses.dataclass
+class _Result(Result):
+    x: int = 0
+
+
+def _stage(run):
+    return Stage("s", "a stage", _Config(), run, _Result)
+
+
+def test_a_stage_that_returns_no_result_fails_clearly(tmp_path):
     record = run_stage(tmp_path, _stage(lambda config: None))
-    assert record["status"] == "failed" and record["reason"] == "the stage finished but did not write result.json"
+    assert record["status"] == "failed" and record["reason"] == "the stage returned None, not a _Result"
 
 
 def test_stage_plan_covers_every_figure_and_table(tmp_path):
-    stages = {s.name: s for s in build_stages(tmp_path, "quick", {"model": "default"})}
+    stages = {s.name: s for s in build_stages("quick", {"model": "default"})}
     assert set(FIGURES) | {"toy-rates", "toy-lcap", "toy-table2", "toy-table3", "capture"} <= set(stages)
-    assert stages["compare"].needs == ["capture", "toy-construct"]
+    assert stages["compare"].needs == ("capture", "toy-construct")
     assert main(["reproduce", "--out", str(tmp_path / "x"), "--stages", "nope"]) == 2
 
 
@@ -160,7 +188,7 @@ def test_quick_preset_on_a_tiny_model_writes_a_complete_report(tmp_path, tiny_mo
     for name in trained:  # the toy configs validate on construction: rebuilding one re-runs the checks
         dataclasses.replace(PRESETS["quick"][name])
     out = tmp_path / "quick"
-    names = [s.name for s in build_stages(out, "quick")]
+    names = [s.name for s in build_stages("quick")]
     assert trained <= set(names)
     only = ",".join(n for n in names if n not in trained)
     assert main(["reproduce", "--quick", "--model", str(tiny_model), "--stages", only, "--out", str(out)]) == 0

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from countlens.core import args
 from countlens.core.cache import ResultCache
 from countlens.pipeline.cli import main
 from countlens.toy.experiments import l_max_cache_key
@@ -83,19 +84,107 @@ def test_figure1_writes_png_pdf_and_json(tmp_path):
     assert [p["variant"] for p in data["panels"]] == ["linear", "softmax", "softmax-postln-bare", "softmax-preln-bare"]
 
 
-@pytest.mark.parametrize("argv, fragment", [
-    (["construct", "--variant", "nope", "--d", "16", "--L", "10"], "unknown variant"),
+CONSTRUCT = ["construct", "--variant", "softmax", "--d", "16", "--L", "10"]
+TRAIN = ["train", "--variant", "softmax", "--L", "6", "--d", "4", "--steps", "3"]
+# Every toy command and every option its config validates: a bad value, and the flag the message must name
+# (the command's own, worded by the dispatcher from the config field the error is about).
+BAD_VALUES = [
+    (["construct", "--variant", "nope", "--d", "16", "--L", "10"], "--variant must be one of"),
     (["construct", "--variant", "softmax", "--d", "16", "--L", "0"], "--L must be >= 1"),
     (["construct", "--variant", "softmax-postln-bare", "--d", "2", "--L", "10"], "--d must be >= 3"),
-    (["construct", "--variant", "softmax-preln-bare", "--d", "4", "--L", "40"], "infeasible"),
-    (["lcap", "--d", "2"], "--d must be >= 3"),
+    ([*CONSTRUCT, "--tau", "-1"], "--tau must be a positive finite number"),
+    (["construct", "--variant", "softmax-preln-bare", "--d", "4", "--L", "40"], "--L 40 is infeasible for "
+                                                                                "softmax-preln-bare at --d 4"),
+    (["check", "--params", "PARAMS", "--L", "0"], "--L must be >= 1"),
     (["rates", "--L", "0,10"], "--L values must be >= 1"),
-    (["table3", "--attained", "--attained-parametrization", "spherical"], "unknown parametrization"),
-])
-def test_bad_input_is_one_line_exit_2(argv, fragment, capsys):
-    assert run(argv) == 2
+    (["rates", "--variants", "softmax,nope"], "--variants must be one of"),
+    (["rates", "--d", "2"], "--d must be >= 3"),
+    (["rates", "--tau", "0"], "--tau must be"),
+    (["lcap", "--d", "2"], "--d must be >= 3"),
+    (["lcap", "--d", "0,3"], "--d values must be >= 1"),
+    (["lcap", "--tau", "-1"], "--tau must be"),
+    (["table3", "--B", "0"], "--B values must be positive"),
+    (["table3", "--d", "2"], "--d must be >= 3"),
+    (["table3", "--tau", "0"], "--tau must be"),
+    (["table3", "--attained", "--attained-grid", "0,5"], "--attained-grid values must be >= 1"),
+    (["table3", "--attained", "--attained-seeds", "-1"], "--attained-seeds values must be >= 0"),
+    (["table3", "--attained", "--attained-steps", "0"], "--attained-steps must be a positive integer"),
+    (["table3", "--attained", "--attained-loss", "l1"], "--attained-loss must be one of"),
+    (["table3", "--attained", "--attained-parametrization", "spherical"], "--attained-parametrization must be one of"),
+    (["table3", "--attained", "--attained-working-set", "-1"], "--attained-working-set must be >= 0"),
+    (["table3", "--attained", "--attained-check-every", "0"], "--attained-check-every must be >= 1"),
+    (["table3", "--attained", "--attained-patience", "-1"], "--attained-patience must be >= 0"),
+    (["table3", "--attained", "--workers", "0"], "--workers"),
+    (["figure1", "--out", "OUT", "--L", "1"], "--L must be >= 2"),
+    (["figure1", "--out", "OUT", "--d", "2"], "--d must be >= 3"),
+    ([*TRAIN, "--optimizer", "sgd"], "--optimizer must be one of"),
+    ([*TRAIN, "--L", "0"], "--L must be >= 1"),
+    ([*TRAIN, "--tau", "-1"], "--tau must be"),
+    ([*TRAIN, "--steps", "0"], "--steps must be"),
+    ([*TRAIN, "--cap", "0"], "--cap must be"),
+    ([*TRAIN, "--lr", "-1"], "--lr must be"),
+    ([*TRAIN, "--batch-size", "0"], "--batch-size must be"),
+    ([*TRAIN, "--test-fraction", "1"], "--test-fraction must lie"),
+    ([*TRAIN, "--log-every", "0"], "--log-every must be"),
+    ([*TRAIN, "--init-scale", "0"], "--init-scale must be"),
+    ([*TRAIN, "--ce-scale", "0"], "--ce-scale must be"),
+    ([*TRAIN, "--beta", "0"], "--beta must be"),
+    ([*TRAIN, "--working-set", "-1"], "--working-set must be"),
+    ([*TRAIN, "--grow", "0"], "--grow must be"),
+    ([*TRAIN, "--patience", "-1"], "--patience must be"),
+    ([*TRAIN, "--working-set", "8", "--optimizer", "adam-minibatch"], "(--working-set) takes a full-batch --optimizer"),
+    ([*TRAIN, "--readout", "classification", "--loss", "max"], "--loss and working-set training (--working-set) "
+                                                               "are for the regression --readout"),
+    ([*TRAIN, "--L", "1", "--test-fraction", "0.9"], "use a larger --L"),
+    (["table2", "--d", "0"], "--d values must be >= 1"),
+    (["table2", "--L", "0"], "--L values must be >= 1"),
+    (["table2", "--seeds", "-1"], "--seeds values must be >= 0"),
+    (["table2", "--steps", "0"], "--steps must be"),
+    (["table2", "--optimizer", "sgd"], "--optimizer must be one of"),
+    (["table2", "--lr", "-1"], "--lr must be"),
+    (["table2", "--workers", "0"], "--workers"),
+    (["figure2", "--out", "OUT", "--L", "0"], "--L values must be >= 1"),
+    (["figure2", "--out", "OUT", "--seeds", "-1"], "--seeds values must be >= 0"),
+    (["figure2", "--out", "OUT", "--steps", "0"], "--steps must be"),
+    (["figure2", "--out", "OUT", "--lr", "-1"], "--lr must be"),
+    (["figure2", "--out", "OUT", "--ce-scale", "0"], "--ce-scale must be"),
+    (["figure2", "--out", "OUT", "--B", "0"], "--B values must be positive"),
+    (["figure2", "--out", "OUT", "--d", "2"], "--d must be >= 3"),
+    (["figure2", "--out", "OUT", "--table3", "PARAMS"], "--table3 "),
+    (["figure3", "--out", "OUT", "--L", "0"], "--L must be a positive integer"),
+    (["figure3", "--out", "OUT", "--seeds", "-1"], "--seeds values must be >= 0"),
+    (["figure3", "--out", "OUT", "--steps", "0"], "--steps must be"),
+    (["figure3", "--out", "OUT", "--lr", "-1"], "--lr must be"),
+    (["figure4", "--out", "OUT", "--L", "0"], "--L must be a positive integer"),
+    (["figure4", "--out", "OUT", "--steps", "0"], "--steps must be"),
+    (["figure4", "--out", "OUT", "--minibatch-steps", "0"], "--minibatch-steps must be"),
+    (["figure4", "--out", "OUT", "--batch-size", "0"], "--batch-size must be"),
+    (["figure4", "--out", "OUT", "--lr", "0"], "--lr must be"),
+]
+
+
+@pytest.mark.parametrize("argv, fragment", BAD_VALUES, ids=[" ".join(a[:1] + a[-2:]) for a, _ in BAD_VALUES])
+def test_a_bad_value_is_one_line_naming_the_commands_own_flag(tmp_path, argv, fragment, capsys, monkeypatch):
+    params = tmp_path / "p.json"
+    params.write_text(json.dumps({"variant": "softmax", "d": 4, "L": 5, "tau": 0.5, "x_b": [0] * 4, "x_s": [0] * 4,
+                                  "x_l": [0] * 4, "w": [0] * 4, "b0": 0.0}))
+    argv = [str(params) if a == "PARAMS" else str(tmp_path / "out") if a == "OUT" else a for a in argv]
+    if argv[0] in ("train", "table2") and "--json" not in argv:
+        argv += ["--json", str(tmp_path / "r.json")]
+    asked = []  # every config field the message names, and the flag this command has for it
+    flag_for = args.flag_for
+    monkeypatch.setattr(args, "flag_for", lambda parser, field: asked.append((field, flag_for(parser, field)))
+                        or asked[-1][1])
+    if fragment == "--workers":  # argparse's own check of the option's type
+        with pytest.raises(SystemExit) as info:
+            run(argv)
+        assert info.value.code == 2
+    else:
+        assert run(argv) == 2
+        assert asked and all(flag for _, flag in asked), asked  # a field without a flag of this command
     err = capsys.readouterr().err.strip()
-    assert fragment in err and "\n" not in err and "Traceback" not in err
+    assert fragment in err and "\n" not in err and "Traceback" not in err, err
+    assert not (tmp_path / "r.json").exists()
 
 
 def test_malformed_parameter_file(tmp_path, capsys):

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from countlens.pipeline.cli import main
+from countlens.toy.attained import attained_column
 from countlens.toy.check import full_domain_check
-from countlens.toy.experiments import Table3Config, attained_column
+from countlens.toy.experiments import Table3Config
 from countlens.toy.figures import plot_figure2, plot_figure3, plot_figure4
-from countlens.toy.model import ToyParams
+from countlens.toy.model import read_params
 
 
 def toy(*argv: str) -> int:
@@ -23,11 +24,13 @@ def test_train_writes_the_issue_keys_and_checkable_params(tmp_path, capsys):
     assert toy("train", "--variant", "softmax", "--L", "12", "--d", "8", "--steps", "60", "--seed", "1",
                "--json", str(out)) == 0
     data = json.loads(out.read_text())
-    for key in ("test_exact_accuracy", "full_domain_worst_error", "passed", "max_norm", "log", "params",
-                "provenance"):
+    for key in ("test_exact_accuracy", "full_domain_worst_error", "passed", "max_norm", "log", "provenance",
+                "x_b", "x_s", "x_l", "w", "b0", "check"):
         assert key in data
-    cfg, p = ToyParams.from_dict(data["params"], L=12)
-    check = full_domain_check(cfg, p)
+    assert data["provenance"]["config"]["model"]["L"] == 12 and data["provenance"]["config"]["train"]["steps"] == 60
+    file = read_params(data)  # a parameter file: the vectors at the top level, and the check that certified them
+    assert file.cfg.L == 12 and file.passed == data["passed"] and file.check["worst_error"] == data["full_domain_worst_error"]
+    check = full_domain_check(file.cfg, file.params)
     assert check.passed == data["passed"]
     assert check.worst_error == pytest.approx(data["full_domain_worst_error"], rel=1e-12)
     assert check.max_norm == pytest.approx(data["max_norm"], rel=1e-12)
@@ -42,15 +45,16 @@ def test_train_classification_params_carry_U_and_c(tmp_path):
     out = tmp_path / "cls.json"
     assert toy("train", "--variant", "softmax-postln-bare", "--readout", "classification", "--L", "6", "--d", "4",
                "--steps", "10", "--json", str(out)) == 0
-    params = json.loads(out.read_text())["params"]
+    params = json.loads(out.read_text())
     assert np.asarray(params["U"]).shape == (7, 4) and np.asarray(params["c"]).shape == (7,)
+    assert read_params(params).cfg.readout == "classification"
 
 
 @pytest.mark.parametrize("flags, needle", [
-    (["--optimizer", "sgd"], "optimizer"),
-    (["--steps", "0"], "--steps"),
-    (["--cap", "0"], "--cap"),
-    (["--cap", "-3"], "--cap"),
+    (["--optimizer", "sgd"], "--optimizer must be one of"),
+    (["--steps", "0"], "--steps must be"),
+    (["--cap", "0"], "--cap must be"),
+    (["--cap", "-3"], "--cap must be"),
 ])
 def test_train_bad_input_is_one_line_exit_2(tmp_path, capsys, flags, needle):
     out = tmp_path / "bad.json"
@@ -109,8 +113,8 @@ def test_table3_attained_column_is_a_rechecked_lower_bound():
 
 def _table3_file(tmp_path):
     path = tmp_path / "t3.json"
-    path.write_text(json.dumps({"variants": {"softmax": {"B": [10, 30], "l_max": [19, 58], "attained": [10, 20],
-                                                         "attained_next_failing": [20, 50]}}}))
+    path.write_text(json.dumps({"d": 4, "tau": 0.5, "variants": {
+        "softmax": {"B": [10, 30], "l_max": [19, 58], "attained": [10, 20], "attained_next_failing": [20, 50]}}}))
     return path
 
 
@@ -135,7 +139,8 @@ def test_figures_write_json_png_pdf_and_redraw_from_json(tmp_path):
 
 def test_figure_bad_input_exit_2(tmp_path, capsys):
     assert toy("figure3", "--out", str(tmp_path), "--steps", "0") == 2
+    assert "--steps must be a positive integer" in capsys.readouterr().err
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2]")
     assert toy("figure2", "--out", str(tmp_path), "--table3", str(bad)) == 2
-    assert "table3" in capsys.readouterr().err
+    assert "--table3 " in capsys.readouterr().err

@@ -7,7 +7,7 @@ from sklearn.decomposition import PCA
 
 from countlens.analysis import geometry as g
 from countlens.analysis.layerwise import centroids_from_arrays, compute_geometry
-from countlens.core.errors import UsageError
+from countlens.core.errors import ConfigError, UsageError
 
 
 def erank_direct(X):
@@ -78,6 +78,10 @@ def test_window_needs_every_count_and_names_those_present():
         g.window_rows(counts, (2, 6))
     with pytest.raises(UsageError, match="at least two counts"):
         g.window_rows(counts, (3, 3))
+    with pytest.raises(ConfigError, match=r"^high 2:6 needs counts 4") as err:  # a window of a config field
+        g.window_rows(counts, (2, 6), "high")
+    assert err.value.field == "high"
+    assert g.window_within((1, 100), counts, np.arange(2, 50)) == (2, 7)  # the counts every set holds
     assert g.describe_counts([9, 1, 2, 3, 7]) == "1:3, 7, 9"
 
 
@@ -133,10 +137,17 @@ def test_compute_geometry_per_seed_matches_loops():
 def test_compute_geometry_bad_input():
     acts, n, seed = _synthetic(counts=range(0, 6))
     cs = centroids_from_arrays(acts, n, seed, ["a", "b", "c"])
-    with pytest.raises(UsageError, match=r"seed 0: low window 1\.\.10 needs counts 6:10.*has counts 0:5"):
+    with pytest.raises(ConfigError, match=r"seed 0: low 1:10 needs counts 6:10.*has counts 0:5") as err:
         compute_geometry(cs)
-    with pytest.raises(UsageError, match=r"seed 0: high window 4\.\.9 needs counts 6:9.*has counts 0:5"):
+    assert err.value.field == "low"
+    with pytest.raises(ConfigError, match=r"seed 0: high 4:9 needs counts 6:9.*has counts 0:5") as err:
         compute_geometry(cs, (0, 2), (4, 9))
+    assert err.value.field == "high"
+    with pytest.raises(ConfigError, match=r"pca_counts 0:9 needs counts 6:9") as err:
+        compute_geometry(cs, (0, 2), (3, 5), (0, 9))
+    assert err.value.field == "pca_counts"
+    _, pca = compute_geometry(cs, (0, 2), (3, 5))  # unset, the PCA counts are 1..100 within those present
+    assert pca[0]["counts"] == [1, 2, 3, 4, 5]
     one = n * 0 + 3
     with pytest.raises(UsageError, match=r"one count only \(3\)"):
         centroids_from_arrays(acts, one, seed, ["a", "b", "c"])

@@ -2,14 +2,14 @@
 
 import re
 
-from countlens.pipeline.report import render_index
 from countlens.core.io import write_json_atomic
+from countlens.pipeline.report import render_index
 from countlens.pipeline.reproduce import build_stages
 from tests.helpers.report_checks import check_report
 
 
 def _render(out):
-    return render_index(out, build_stages(out, "quick"))
+    return render_index(out, build_stages("quick"))
 
 
 def _fake_report(out):

@@ -60,7 +60,7 @@ def test_greedy_answers_equal_generate(tiny_models, settings, arch):  # noqa: F8
     assert len({p.n_tokens for p in prompts}) > 2  # the batch really is padded
     stop = stop_token_ids(model, tok)
     with torch.inference_mode():
-        got = answer_prompts(model, tok, prompts, batch_size=8, max_new_tokens=6)
+        got = answer_prompts(model, tok, prompts, batch_size=8, answer_tokens=6)
         for p, text, answer in zip(prompts, got.answer_text, got.answer, strict=True):
             want = tok.decode(_generate(model, p.ids, 6, stop), skip_special_tokens=True)
             assert text == want
@@ -74,7 +74,7 @@ def test_stop_token_ends_the_answer(tiny_models, settings):  # noqa: F811
     ids, mask, _ = pad_batch([p], 0, "left")
     with torch.inference_mode():
         first = int(torch.argmax(model(ids).logits[0, -1]))
-        out = answer_batch(model, ids, mask, [[5]], {first}, max_new_tokens=4)
+        out = answer_batch(model, ids, mask, [[5]], {first}, answer_tokens=4)
     assert out.tokens == [[]]
 
 
@@ -85,7 +85,7 @@ def test_logprob_equals_direct_computation(tiny_models, settings, arch):  # noqa
     prompts = build_prompts(tok, settings)
     assert {len(answer_token_ids(tok, p.n)) for p in prompts} == {1, 2}  # one- and two-token answers mixed
     with torch.inference_mode():
-        got = answer_prompts(model, tok, prompts, batch_size=8, max_new_tokens=1)
+        got = answer_prompts(model, tok, prompts, batch_size=8, answer_tokens=1)
         for p, logprob in zip(prompts, got.answer_logprob, strict=True):
             answer = answer_token_ids(tok, p.n)
             full = torch.tensor([p.ids + answer])
@@ -101,17 +101,17 @@ def test_capture_with_answers_stores_the_same_answers_and_vectors(tiny_model_dir
 
     base = dict(model=str(tiny_model_dir), L=20, counts=[0, 3, 12, 20], pairs=[["a", "b"]], configs=["count"],
                 seeds=[0], batch_size=3)
-    with_answers = load_capture(run_capture(CaptureConfig(**base, answers=True, answer_tokens=5), tmp_path / "a",
+    with_answers = load_capture(run_capture(CaptureConfig().with_options(**base, answers=True, answer_tokens=5), tmp_path / "a",
                                             progress=False).folder)
-    plain = load_capture(run_capture(CaptureConfig(**base), tmp_path / "p", progress=False).folder)
+    plain = load_capture(run_capture(CaptureConfig().with_options(**base), tmp_path / "p", progress=False).folder)
     assert acts_array(with_answers).shape == acts_array(plain).shape
     np.testing.assert_allclose(acts_array(with_answers), acts_array(plain), atol=1e-5, rtol=0)
     loaded = load_model(str(tiny_model_dir), progress=False)
-    prompts = build_prompts(loaded.tokenizer, CaptureConfig(**base).prompt_settings())
+    prompts = build_prompts(loaded.tokenizer, CaptureConfig().with_options(**base).prompts)
     order = {p.prompt: p for p in prompts}
     rows = [order[t] for t in with_answers["prompt"]]
     with torch.inference_mode():
-        want = answer_prompts(loaded.model, loaded.tokenizer, rows, max_new_tokens=5)
+        want = answer_prompts(loaded.model, loaded.tokenizer, rows, answer_tokens=5)
     assert with_answers["answer_text"] == want.answer_text
     assert with_answers["answer"] == want.answer
     np.testing.assert_allclose(with_answers["answer_logprob"], want.answer_logprob, atol=1e-4)
@@ -121,17 +121,18 @@ def test_capture_with_answers_stores_the_same_answers_and_vectors(tiny_model_dir
 def test_answers_refused_without_a_generation_prompt(tiny_model_dir, tmp_path):  # noqa: F811
     import shutil
 
-    from countlens.core.errors import UsageError
+    from countlens.core.errors import ConfigError
     from countlens.llm.experiments import CaptureConfig, run_capture
 
     model = tmp_path / "no-generation-prompt"
     shutil.copytree(tiny_model_dir, model)
     (model / "chat_template.jinja").write_text("{% for message in messages %}{{ message['content'] }}\n"
                                                "{% endfor %}")
-    config = CaptureConfig(model=str(model), L=10, counts=[1, 2], pairs=[["a", "b"]], configs=["count"],
-                           seeds=[0], answers=True)
-    with pytest.raises(UsageError, match="generation prompt"):
+    config = CaptureConfig().with_options(model=str(model), L=10, counts=[1, 2], pairs=[["a", "b"]],
+                                          configs=["count"], seeds=[0], answers=True)
+    with pytest.raises(ConfigError, match='generation prompt.*pass template="plain"') as caught:
         run_capture(config, tmp_path / "out", progress=False)
+    assert caught.value.field == "template"
     assert not (tmp_path / "out").exists()
 
 
@@ -140,7 +141,7 @@ def test_random_init_capture_is_seeded_and_differs_from_the_model(tiny_model_dir
     from countlens.llm.experiments import CaptureConfig, run_capture
 
     base = dict(model=str(tiny_model_dir), L=10, counts=[1, 5], pairs=[["a", "b"]], configs=["count"], seeds=[0])
-    runs = {name: run_capture(CaptureConfig(**base, **extra), tmp_path / name, progress=False)
+    runs = {name: run_capture(CaptureConfig().with_options(**base, **extra), tmp_path / name, progress=False)
             for name, extra in [("model", {}), ("r0", {"random_init": True}), ("r0b", {"random_init": True}),
                                 ("r1", {"random_init": True, "init_seed": 1})]}
     acts = {name: acts_array(load_capture(r.folder)) for name, r in runs.items()}

@@ -1,16 +1,22 @@
 """Boundary capture on tiny random models vs an independent ``output_hidden_states`` forward
-(:mod:`tests.helpers.hidden_states`). Tolerance 1e-5 (float32); the observed error is ~1e-7.
+(:mod:`tests.helpers.hidden_states`), at tolerance 1e-5 (float32); the hook-site table, its hooks removed
+after any failure, one error for a location the model lacks, and the capture's resume key pinned.
 """
+
+import json
 
 import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from countlens.core.errors import ConfigError
 from countlens.core.locations import location_names
 from countlens.llm import acts_array, capture_meta, load_capture
-from countlens.llm.capture import BoundaryCapture, find_blocks, pad_batch
-from countlens.llm.experiments import CaptureConfig, run_capture
+from countlens.llm.capture import BoundaryCapture, find_blocks, pad_batch, pad_token_id, shard_runner
+from countlens.llm.experiments import CaptureConfig, CaptureResult, plan_capture, run_capture
+from countlens.llm.experiments.capture import _settings_key
+from countlens.llm.hooks import SITES, HookSite, hook_sites
 from countlens.llm.models import load_model
 from countlens.llm.prompts import PromptSettings, build_prompts
 from tests.helpers.hidden_states import ATOL, assert_matches_reference
@@ -120,13 +126,86 @@ def test_hooks_are_removed_even_after_an_error(tiny_models):  # noqa: F811
     assert all(not b._forward_hooks and not b._forward_pre_hooks for b in blocks)
 
 
+def test_a_failure_partway_through_entering_leaves_no_hook(tiny_models, monkeypatch):  # noqa: F811
+    """Regression: ``BoundaryCapture.__enter__`` used to leave the hooks it had registered on the model when
+    registering a later one failed."""
+    model = load_model(str(tiny_models["gpt2"]), progress=False).model
+    blocks = find_blocks(model)
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("cannot hook block 1")
+
+    monkeypatch.setattr(blocks[1], "register_forward_hook", refuse)
+    capture = BoundaryCapture(model, locations=[0, 1, 2])
+    with pytest.raises(RuntimeError, match="cannot hook block 1"):
+        with capture:
+            pass
+    assert all(not b._forward_hooks and not b._forward_pre_hooks for b in blocks)
+    monkeypatch.undo()
+    with torch.inference_mode(), capture as cap:  # the same capture still works afterwards
+        ids = torch.tensor([[5, 6, 7]])
+        assert cap.run(ids, torch.ones_like(ids), [2]).shape == (1, 3, 32)
+    assert all(not b._forward_hooks and not b._forward_pre_hooks for b in blocks)
+
+
+def test_hook_site_table():
+    assert hook_sites([0, 1, 3], 3) == [HookSite(0, "", "pre", "blocks.0.hook_resid_pre"),
+                                        HookSite(0, "", "post", "blocks.0.hook_resid_post"),
+                                        HookSite(2, "", "post", "blocks.2.hook_resid_post")]
+    assert SITES["resid_mid"].at(1).tl_name == "blocks.1.hook_resid_mid"
+    for bad in ([], [4], [-1]):
+        with pytest.raises(ConfigError, match="must lie in 0..3") as caught:
+            hook_sites(bad, 3)
+        assert caught.value.field == "locations"
+
+
+def test_a_location_the_model_lacks_is_one_config_error(tiny_models):  # noqa: F811
+    loaded = load_model(str(tiny_models["llama"]), progress=False)
+    for make in (lambda: BoundaryCapture(loaded.model, [0, 3]), lambda: shard_runner(loaded, [3], "hf", "right", 2)):
+        with pytest.raises(ConfigError, match="0..2 for a model with 2 blocks") as caught:
+            make()
+        assert caught.value.field == "locations"
+    config = CaptureConfig().with_options(model=str(tiny_models["llama"]), locations="blocks.5.hook_resid_post")
+    with pytest.raises(ConfigError, match="does not exist") as caught:
+        plan_capture(config, progress=False)
+    assert caught.value.field == "locations"
+
+
+def test_pad_token_id_falls_back_to_eos_then_0():
+    class Tok:
+        def __init__(self, pad, eos):
+            self.pad_token_id, self.eos_token_id = pad, eos
+
+    assert [pad_token_id(Tok(3, 5)), pad_token_id(Tok(None, 5)), pad_token_id(Tok(None, None))] == [3, 5, 0]
+
+
+def test_resume_key_is_as_before_for_the_same_settings():
+    """Pinned: existing capture folders resume only if the key a config makes never changes."""
+    config = CaptureConfig().with_options(
+        random_init=True, init_seed=4, revision="abc", trust_remote_code=True, dtype="float16", acts_dtype="float16",
+        backend="transformer-lens", L=20, counts=[1, 2], pairs=[["x", "o"]], configs=["tally"], seeds=[3],
+        template="plain", per_count=2, shard_rows=7, gguf_file="f.gguf", batch_size=3, padding_side="left")
+    assert _settings_key(config, [1]) == {
+        "L": 20, "counts": [1, 2], "per_count": 2, "pairs": [["x", "o"]], "configs": ["tally"], "seeds": [3],
+        "template": "plain", "model": "default", "gguf_file": "f.gguf", "model_dtype": "float16", "dtype": "float16",
+        "backend": "transformer-lens", "locations": [1], "shard_rows": 7, "revision": "abc",
+        "trust_remote_code": True, "random_init_seed": 4}
+    plain = _settings_key(CaptureConfig().with_options(answers=True, answer_tokens=3), None)
+    assert list(plain) == ["L", "counts", "per_count", "pairs", "configs", "seeds", "template", "model", "gguf_file",
+                           "model_dtype", "dtype", "backend", "locations", "shard_rows", "answer_tokens"]
+    assert (plain["model"], plain["locations"], plain["answer_tokens"]) == ("default", "all", 3)
+
+
 def test_capture_folder_rows_match_independent_forward(tiny_models, tmp_path):  # noqa: F811
     loaded = load_model(str(tiny_models["qwen2"]), progress=False)
-    config = CaptureConfig(model=str(tiny_models["qwen2"]), L=24, counts=[0, 1, 2, 12, 24], per_count=2,
-                           seeds=[0, 1], configs=["count", "tally"], pairs=[["x", "o"]], batch_size=3,
-                           padding_side="left")
+    config = CaptureConfig().with_options(model=str(tiny_models["qwen2"]), L=24, counts=[0, 1, 2, 12, 24],
+                                          per_count=2, seeds=[0, 1], configs=["count", "tally"], pairs=[["x", "o"]],
+                                          batch_size=3, padding_side="left")
     result = run_capture(config, tmp_path / "cap", loaded=loaded, progress=False)
     assert result.n_rows == 40 and result.folder == tmp_path / "cap"
+    assert CaptureResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result
+    assert [p.name for p in result.save(tmp_path / "stage")] == ["capture.json"]
+    assert CaptureResult.read(tmp_path / "stage") == result and result.provenance["config"] == config.to_dict()
     ds = load_capture(result.folder)
     meta = capture_meta(ds)
     assert len(ds) == 5 * 2 * 2 * 2 * 1
@@ -159,10 +238,10 @@ def test_transformer_lens_backend_gives_the_same_vectors(tiny_models, tmp_path):
     vectors to 1e-5; resid_mid checked against an explicit block input + attention output."""
     kw = dict(L=20, counts=[0, 5, 20], pairs=[["a", "b"]], configs=["count", "how-many"], seeds=[0], batch_size=4)
     for arch in ("llama", "gpt2"):
-        hf_config = CaptureConfig(model=str(tiny_models[arch]), **kw)
+        hf_config = CaptureConfig().with_options(model=str(tiny_models[arch]), **kw)
         hf = load_capture(run_capture(hf_config, tmp_path / f"{arch}-hf", progress=False).folder)
         tl_model = load_model(str(tiny_models[arch]), progress=False)
-        tl_config = CaptureConfig(model=str(tiny_models[arch]), backend="transformer-lens", **kw)
+        tl_config = CaptureConfig().with_options(model=str(tiny_models[arch]), backend="transformer-lens", **kw)
         tl = load_capture(run_capture(tl_config, tmp_path / f"{arch}-tl", loaded=tl_model, progress=False).folder)
         names = capture_meta(tl)["locations"]
         lengths = sorted(tl["n_tokens"])

@@ -1,13 +1,15 @@
 """Boundary patching and steering on tiny random models: a prompt patched with its own boundary vector and a
-zero steering step change nothing (bitwise); both equal hand-written forward hooks on the model's own modules."""
+zero steering step change nothing (bitwise); both equal hand-written forward hooks on the model's own modules;
+their hooks are removed after any failure, and a location the model lacks is a ``ConfigError``."""
 
 import numpy as np
 import pytest
 import torch
 
+from countlens.core.errors import ConfigError
 from countlens.llm.capture import BoundaryCapture, find_blocks, pad_batch
 from countlens.llm.models import load_model
-from countlens.llm.patching import BoundaryEdit, random_direction, steering_vector
+from countlens.llm.patching import BoundaryEdit, edited_answers, random_direction, steering_vector
 from countlens.llm.prompts import PromptSettings, build_prompts
 from tests.helpers.llm_fixtures import smollm2_tokenizer, tiny_models  # noqa: F401
 
@@ -19,6 +21,13 @@ def batch(tiny_models):  # noqa: F811
     prompts = build_prompts(loaded.tokenizer, settings)
     ids, mask, index = pad_batch(prompts, 2, "left")
     return loaded.model, ids, mask, index
+
+
+@pytest.fixture(scope="module")
+def loaded_and_prompts(tiny_models):  # noqa: F811
+    loaded = load_model(str(tiny_models["llama"]), progress=False)
+    settings = PromptSettings(L=16, counts=[1, 4], pairs=[["a", "b"]], configs=["count"], seeds=[0])
+    return loaded, build_prompts(loaded.tokenizer, settings)
 
 
 def logits(model, ids, mask):
@@ -107,6 +116,31 @@ def test_hooks_are_removed_after_an_error(batch):
     blocks = find_blocks(model)
     with pytest.raises(RuntimeError), BoundaryEdit(model, 1, index, add=torch.zeros(model.config.hidden_size)):
         raise RuntimeError("boom")
+    assert all(not b._forward_hooks and not b._forward_pre_hooks for b in blocks)
+
+
+def test_a_location_the_model_lacks_is_a_config_error(batch):
+    model, ids, mask, index = batch
+    for location in (3, -1):
+        with pytest.raises(ConfigError, match="0..2 for a model with 2 blocks") as caught:
+            BoundaryEdit(model, location, index, add=torch.zeros(model.config.hidden_size))
+        assert caught.value.field == "locations"
+
+
+def test_edits_entered_before_a_failing_one_are_removed(loaded_and_prompts, monkeypatch):
+    """Regression: the batch's edits were entered into an ExitStack that nobody closed when a later edit
+    failed to enter, leaving the earlier edits' hooks on the model."""
+    loaded, prompts = loaded_and_prompts
+    model, blocks = loaded.model, find_blocks(loaded.model)
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("cannot hook block 1")
+
+    monkeypatch.setattr(blocks[1], "register_forward_hook", refuse)
+    d = model.config.hidden_size
+    edits = [(1, "add", np.zeros(d)), (2, "add", np.zeros(d))]  # block 0's output, then block 1's
+    with pytest.raises(RuntimeError, match="cannot hook block 1"), torch.inference_mode():
+        edited_answers(model, loaded.tokenizer, prompts, edits, answer_tokens=1)
     assert all(not b._forward_hooks and not b._forward_pre_hooks for b in blocks)
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
-from countlens.core.errors import UsageError
+from countlens.core.errors import ConfigError, UsageError
 from countlens.llm.cli import parse_counts
 from countlens.llm.prompts import (
     PromptSettings,
@@ -82,19 +82,21 @@ def test_marked_boundary_shows_the_newline(tok):
     (dict(L=0), "L must"),
     (dict(per_count=0), "per_count must"),
     (dict(configs=["nope"]), "configs must"),
-    (dict(pairs=[["a", "a"]]), "pair"),
+    (dict(pairs=[["a", "a"]]), "pairs: a pair"),
     (dict(template="jinja"), "template must"),
     (dict(seeds=[]), "seeds must"),
 ])
 def test_bad_settings_name_the_field(kwargs, fix):
-    with pytest.raises(UsageError, match=fix) as info:
+    with pytest.raises(ConfigError, match=fix) as info:
         PromptSettings(**kwargs).validate()
+    assert info.value.field == fix.split()[0].rstrip(":")
     assert "--" not in str(info.value)  # the command line words its own flags
 
 
 def test_multi_token_item_is_refused(tok):
-    with pytest.raises(UsageError, match="not one token"):
+    with pytest.raises(ConfigError, match="not one token.*choose other pairs") as info:
         build_prompts(tok, PromptSettings(L=5, counts=[1], pairs=[["1", "0"]]))
+    assert info.value.field == "pairs"
     with pytest.raises(UsageError, match="not one token"):
         build_prompts(tok, PromptSettings(L=5, counts=[1], pairs=[["a", "elephantine"]]))
 
@@ -102,8 +104,9 @@ def test_multi_token_item_is_refused(tok):
 def test_model_without_chat_template_needs_plain(tok):
     bare = AutoTokenizer.from_pretrained(tok.name_or_path)
     bare.chat_template = None
-    with pytest.raises(UsageError, match="template=\"plain\""):
+    with pytest.raises(ConfigError, match="template=\"plain\"") as info:
         build_prompts(bare, PromptSettings(L=5, counts=[1]))
+    assert info.value.field == "template"
 
 
 def test_parsers():
@@ -112,8 +115,10 @@ def test_parsers():
     for bad in ("3:1", "x", ""):
         with pytest.raises(UsageError, match="--counts"):
             parse_counts(bad)
-    with pytest.raises(UsageError, match="pairs takes"):
+    with pytest.raises(ConfigError, match="pairs takes"):
         parse_pairs("a-b")
+    with pytest.raises(ConfigError, match="pairs takes target/distractor items like a/b,cat/dog, got '{x}'"):
+        parse_pairs("{x}")  # a brace in the user's text is shown as it is
 
 
 def test_item_positions_from_offsets():

@@ -2,6 +2,7 @@
 counts; on a representation that carries no count the control accuracy is at chance; selectivity, probe
 coefficients and the model's zero-shot accuracy land in ``probes.json``."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -53,13 +54,14 @@ def test_selectivity_is_high_on_a_count_line_and_saved(tmp_path):
     assert saved["locations"][0]["selectivity_mean"] == pytest.approx(loc.fits[0].selectivity)
     assert saved["behaviour"]["binned"][0]["accuracy"] == 1.0 and saved["behaviour"]["binned"][-1]["accuracy"] == 0.0
     again = ProbeResult.from_dict(saved)
-    assert again.behaviour == saved["behaviour"]
+    assert dataclasses.asdict(again.behaviour) == saved["behaviour"]
+    assert again.behaviour.accuracy == pytest.approx(1 / 3)
     assert {p.name for p in draw_probes(again, tmp_path)} >= {"fig7_binned_accuracy.png"}
 
 
 def test_behaviour_accuracy_counts_unparsed_as_wrong():
     n = np.array([1.0, 2.0, 3.0, 12.0])
     out = behaviour_accuracy(n, np.array([1.0, np.nan, 4.0, 12.0]), count_bins(n))
-    assert out["accuracy"] == 0.5 and out["parsed"] == 0.75
-    assert [b["accuracy"] for b in out["binned"]] == [pytest.approx(1 / 3), 1.0]
+    assert out.accuracy == 0.5 and out.parsed == 0.75 and out.rows == 4
+    assert [b["accuracy"] for b in out.binned] == [pytest.approx(1 / 3), 1.0]
     assert behaviour_accuracy(n, None, count_bins(n)) is None

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from sklearn.linear_model import Ridge
 
-from countlens.core.errors import UsageError
+from countlens.core.errors import ConfigError, UsageError
 from countlens.probes.experiments import (
     ProbeConfig,
     ProbeData,
@@ -16,6 +16,7 @@ from countlens.probes.experiments import (
 )
 from countlens.probes.metrics import rounded_accuracy
 from countlens.probes.splits import split_rows
+from tests.helpers.captures import assert_round_trip
 
 NAMES = ["embed", "blocks.0.hook_resid_post", "blocks.1.hook_resid_post"]
 
@@ -34,12 +35,31 @@ def _data(rows=400, d=10, seed=0):
 def test_configs_validate_in_their_own_terms():
     assert ProbeConfig("x", alphas=(1.0, 0.0, 0.5)).alphas == (0.0, 0.5, 1.0)
     for bad, message in (({"alphas": (-1.0, 2.0)}, "alphas must be finite"), ({"alphas": ()}, "alphas must not"),
+                         ({"alphas": ("big",)}, "alphas must be numbers"),
                          ({"seeds": ()}, "seeds must not"), ({"fractions": (0.5, 0.5, 0.0)}, "test > 0"),
-                         ({"classifier_C": (1.0, 0.0)}, "classifier_C values must be > 0")):
-        with pytest.raises(UsageError, match=message):
+                         ({"fractions": (0.5, 0.5, 0.5)}, "sum to 1"), ({"blas_threads": 0}, "positive number"),
+                         ({"bin_width": 0}, "bin_width must be >= 1"),
+                         ({"classifier_C": (1.0, 0.0)}, "classifier_C values must be finite and > 0")):
+        with pytest.raises(ConfigError, match=message) as err:
             ProbeConfig("x", **bad)
-    with pytest.raises(UsageError, match="alphas must be finite"):
+        assert err.value.field == next(iter(bad))  # the error is about the field that holds the value
+    with pytest.raises(ConfigError, match="alphas must be finite"):
         SweepConfig("x", alphas=(float("nan"),))
+
+
+def test_run_time_checks_name_the_field():
+    data = _data(rows=60)
+    for config, field, message in ((ProbeConfig("m", locations="embed,nope"), "locations", "'nope' does not exist"),
+                                   (ProbeConfig("m", locations="0:1", figure_locations="2"), "figure_locations",
+                                    "not among the probed locations"),
+                                   (SweepConfig("m", location="9"), "location", "location 9 does not exist")):
+        run = run_probes if isinstance(config, ProbeConfig) else run_sweep
+        with pytest.raises(ConfigError, match=message) as err:
+            run(config, data)
+        assert err.value.field == field and str(err.value).startswith(field)
+    with pytest.raises(ConfigError, match="the data set has 3 rows") as err:
+        split_rows(3, 0)
+    assert err.value.field == "fractions"
 
 
 def test_split_rows_is_a_seeded_partition():
@@ -82,8 +102,10 @@ def test_run_probes_selects_on_validation_and_scores_test():
     assert result.locations[0].stat("test_rounded_acc")[0] < 0.2
     assert result.locations[2].stat("test_rounded_acc") == (1.0, 1.0, 1.0)
     assert result.best_location().name == NAMES[2]
-    again = ProbeResult.from_dict(result.to_dict())
-    assert again.locations[1].fits[1] == fit
+    again = assert_round_trip(result)
+    assert again.locations[1].fits[1] == fit and isinstance(again, ProbeResult)
+    assert again.provenance["config"]["seeds"] == [0, 1]  # the config's own fields, as given
+    assert again.config["split_sizes"] == {"train": 240, "validation": 80, "test": 80}  # the protocol as run
 
 
 def test_run_probes_resumes_an_interrupted_run_and_clears_its_cache(tmp_path, monkeypatch):
@@ -124,13 +146,14 @@ def test_norm_sweep_norms_fall_with_alpha_and_stars_are_least_squares():
         ref = np.linalg.lstsq(np.c_[X[train], np.ones(len(train))], data.n[train], rcond=None)[0]
         assert s.unregularised_norm == pytest.approx(np.linalg.norm(ref[:-1]), rel=1e-8)
         assert s.unregularised_acc == pytest.approx(rounded_accuracy(data.n[test], X[test] @ ref[:-1] + ref[-1]))
-    assert SweepResult.from_dict(result.to_dict()) == result
+    assert isinstance(assert_round_trip(result), SweepResult)
+    assert result.provenance["config"]["location"] == "1" and result.config["location"] == NAMES[1]
 
 
 def test_classifier_probe_native_scores_match_sklearn_on_standardised_inputs():
     from sklearn.linear_model import LogisticRegression
 
-    from countlens.probes.experiments import fit_classifier_probe
+    from countlens.probes.classifier import fit_classifier_probe
 
     data = _data(rows=300, d=6)
     splits = split_rows(300, 0)
@@ -154,5 +177,5 @@ def test_classifier_probe_native_scores_match_sklearn_on_standardised_inputs():
     best = max(grid["val_acc_path"])
     assert grid["C"] == grid["C_grid"][grid["val_acc_path"].index(best)] and grid["val_acc"] == best
     assert grid["val_acc_path"][0] < best  # C = 1e-4 all but erases the class vectors
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError, match="classifier_C values"):
         fit_classifier_probe(X, data.n, splits, C=[1.0, -1.0])

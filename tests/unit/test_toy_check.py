@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from countlens.core.errors import UsageError
+from countlens.core.errors import ConfigError
 from countlens.toy.check import full_domain_check, n_pairs, reduced_form
 from countlens.toy.model import DTYPE, VARIANTS, ToyConfig, count_error, full_domain, init_params
 from tests.helpers.toy_reference import random_params  # random LN gain/bias and biases too
@@ -107,8 +107,9 @@ def test_classification_reports_smallest_gap():
 def test_classifier_with_wrong_L_is_a_usage_error():
     cfg = ToyConfig("softmax", d=4, L=5, readout="classification")
     p = random_params(cfg, 0)
-    with pytest.raises(UsageError):
+    with pytest.raises(ConfigError, match="check it at L=5") as info:
         full_domain_check(cfg, p, L=7)
+    assert info.value.render(lambda f: "--" + f).endswith("check it at --L 5")
 
 
 def test_norms_are_reported():

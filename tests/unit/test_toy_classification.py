@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from countlens.core.errors import UsageError
+from countlens.core.errors import ConfigError
 from countlens.toy import model
 from countlens.toy.check import full_domain_check
 from countlens.toy.classification import (
@@ -107,10 +107,12 @@ def test_arc_angle_is_the_largest_pairwise_angle():
 
 
 def test_construction_needs_three_dimensions():
-    with pytest.raises(UsageError, match="--d >= 3"):
+    with pytest.raises(ConfigError, match="needs d >= 3") as info:
         classifier_construction(ToyConfig("softmax", 2, 5, readout="classification"))
-    with pytest.raises(UsageError, match="classification"):
+    assert info.value.field == "d"
+    with pytest.raises(ConfigError, match="classification readout") as info:
         min_gap_by_count(ToyConfig("softmax", 4, 5), model.init_params(ToyConfig("softmax", 4, 5)))
+    assert info.value.field == "readout"
 
 
 @pytest.mark.slow

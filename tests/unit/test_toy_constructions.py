@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from countlens.core.errors import UsageError
+from countlens.core.errors import ConfigError, UsageError
 from countlens.toy.check import full_domain_check
 from countlens.toy.constructions import (
     arc_shape,
@@ -103,10 +103,12 @@ def test_construct_takes_free_scalars_and_rejects_unknown_ones():
     assert full_domain_check(ToyConfig("softmax", 16, 50), p).passed
     with pytest.raises(UsageError):
         construct("softmax", 50, 16, kappa=0.1)
-    with pytest.raises(UsageError):
+    with pytest.raises(ConfigError, match="d must be >= 3") as info:
         construct("softmax-postln-bare", 50, 2)
-    with pytest.raises(UsageError):
+    assert info.value.field == "d"
+    with pytest.raises(ConfigError, match="variant must be one of") as info:
         construct("nope", 50, 16)
+    assert info.value.field == "variant"
 
 
 def test_postln_distractors_are_invisible():

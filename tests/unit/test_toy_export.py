@@ -4,11 +4,12 @@ import numpy as np
 import pytest
 import torch
 
-from countlens.core.errors import UsageError
+from countlens.core.errors import ConfigError, UsageError
+from countlens.core.io import config_digest
 from countlens.core.store import capture_meta, load_capture
 from countlens.probes.experiments import load_probe_data
-from countlens.toy.export import export_toy_activations, toy_params_from_json
-from countlens.toy.model import ToyConfig, init_params, layer_norm
+from countlens.toy.export import export_toy_activations
+from countlens.toy.model import ToyConfig, init_params, layer_norm, read_params
 
 
 @pytest.mark.parametrize("variant", ["linear", "softmax", "softmax-postln-learned"])
@@ -61,18 +62,36 @@ def test_export_resumes_and_refuses_other_settings(tmp_path):
     assert len(load_capture(longer)) == 10 * 11 // 2
 
 
-def test_params_from_json_flat_nested_and_missing_length():
+def test_read_params_reads_the_one_schema_and_says_what_is_missing():
     cfg = ToyConfig("softmax-postln-bare", d=3, L=12)
     flat = init_params(cfg, seed=2).to_dict(cfg)
-    got_cfg, got = toy_params_from_json({**flat, "L": 12})
-    assert got_cfg.L == 12 and torch.equal(got.x_s, init_params(cfg, seed=2).x_s)
-    assert toy_params_from_json({"L": 30, "params": flat})[0].L == 30  # training output: outer L
-    assert toy_params_from_json({"config": {"L": 8}, "params": flat})[0].L == 8
-    assert toy_params_from_json(flat, L=4)[0].L == 4
+    assert flat["L"] == 12 and {"variant", "d", "tau", "readout", "x_b", "w", "b0"} <= set(flat)
+    got = read_params(flat)
+    assert got.cfg == cfg and torch.equal(got.params.x_s, init_params(cfg, seed=2).x_s)
+    assert got.check is None and got.passed is None
+    assert read_params(flat, L=4).cfg.L == 4  # the caller's domain wins over the file's
+    checked = read_params({**flat, "check": {"passed": True, "worst_error": 0.1, "L": 12}})
+    assert checked.passed is True and checked.check["L"] == 12
+    no_L = {k: v for k, v in flat.items() if k != "L"}
+    assert read_params({"L": 30, "params": no_L}).cfg.L == 30  # countlens 0.1's `toy train`: nested
     clf_cfg = ToyConfig("softmax", d=3, L=6, readout="classification")
-    clf = init_params(clf_cfg, seed=0).to_dict(clf_cfg)
-    assert toy_params_from_json(clf)[0].L == 6 and toy_params_from_json(clf, L=20)[0].L == 20
-    with pytest.raises(UsageError, match="pass --L"):
-        toy_params_from_json(flat)
+    clf = {k: v for k, v in init_params(clf_cfg, seed=0).to_dict(clf_cfg).items() if k != "L"}
+    assert read_params(clf).cfg.L == 6 and read_params(clf, L=20).cfg.L == 20  # U fixes its own
+    with pytest.raises(ConfigError, match="pass L") as info:
+        read_params(no_L)
+    assert info.value.field == "L"
+    with pytest.raises(ConfigError) as info:
+        read_params(flat, L=0)
+    assert info.value.field == "L"
     with pytest.raises(UsageError, match="no toy parameters"):
-        toy_params_from_json({"rows": []})
+        read_params({"rows": []})
+    with pytest.raises(UsageError, match="parameter file: variant must be one of"):
+        read_params({**flat, "variant": "nope"})  # a value of the file: not a field of the caller's config
+
+
+def test_the_export_digest_names_the_vectors_not_the_domain(tmp_path):
+    cfg = ToyConfig("softmax", d=4, L=5)
+    params = init_params(cfg, seed=0)
+    out = export_toy_activations(cfg, params, tmp_path / "acts")
+    old = {k: v for k, v in params.to_dict(cfg).items() if k != "L"}  # the dict countlens 0.1 digested
+    assert capture_meta(load_capture(out))["settings"]["params_sha256"] == config_digest(old, length=16)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from countlens.core.errors import UsageError
+from countlens.core.errors import ConfigError
 from countlens.toy.model import (
     DTYPE,
     VARIANTS,
@@ -79,8 +79,11 @@ def test_count_error_and_winning_gap():
     torch.testing.assert_close(count_error(cfg, p, n, m), -gap)
 
 
-def test_bad_config_is_a_usage_error():
-    with pytest.raises(UsageError):
-        ToyConfig("softmax-postln", d=4, L=3)
-    with pytest.raises(UsageError):
-        ToyConfig("softmax", d=4, L=0)
+@pytest.mark.parametrize("kw, field", [
+    ({"variant": "softmax-postln"}, "variant"), ({"L": 0}, "L"), ({"d": 0}, "d"), ({"readout": "ranking"}, "readout"),
+    ({"tau": -1.0}, "tau"), ({"eps": -1e-3}, "eps"),
+])
+def test_bad_config_is_an_error_of_its_field(kw, field):
+    with pytest.raises(ConfigError) as info:
+        ToyConfig(**{"variant": "softmax", "d": 4, "L": 3, **kw})
+    assert info.value.field == field and str(info.value).startswith(f"{field} must")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from countlens.core.errors import UsageError
+from countlens.core.errors import ConfigError
 from countlens.toy import model
 from countlens.toy.check import full_domain_check
 from countlens.toy.domain_loss import PairSet, residuals, worst_pairs
@@ -82,7 +82,9 @@ def test_working_set_resumes_from_a_checkpoint(tmp_path):
 def test_working_set_and_max_loss_are_for_regression():
     cfg = ToyConfig("softmax", 4, 10, readout="classification")
     for kw in ({"working_set": 10}, {"loss": "max"}):
-        with pytest.raises(UsageError, match="regression"):
+        with pytest.raises(ConfigError, match="regression readout") as info:
             Trainer(cfg, TrainConfig(**kw))
-    with pytest.raises(UsageError, match="full-batch"):
+        assert info.value.fields == ("readout", "loss", "working_set")
+    with pytest.raises(ConfigError, match="full-batch optimizer") as info:
         TrainConfig(optimizer="adam-minibatch", working_set=10)
+    assert info.value.fields == ("working_set", "optimizer")

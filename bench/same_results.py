@@ -1,0 +1,180 @@
+"""Are two report folders the same results, value for value? ``python bench/same_results.py OLD NEW``
+
+Compares every result file of the report folder ``OLD`` with the same file in ``NEW`` (two runs of
+``countlens reproduce``, e.g. before and after a change, each into its own folder):
+
+- every JSON file: every key of OLD must be in NEW with an equal value (exactly; floats bit for bit, NaN equal
+  to NaN); keys that NEW adds are allowed, and so are the config changes of a refactoring: a setting renamed
+  (:data:`RENAMED`) or moved into a composed config (OLD's ``{"model": "default", "device": "cpu"}`` is
+  NEW's ``{"model": {"model": "default", "device": "cpu"}}``). Not compared: ``provenance`` blocks (versions, command line, time),
+  wall and CPU times (``seconds``, ``wall_s``, ...), and the pipeline's own bookkeeping (``stage.json``,
+  ``reproduce.json``: calls, times and settings; their ``status`` is compared). A string holding OLD's folder
+  path is compared with the same string holding NEW's;
+- every CSV file: the same header and rows (NEW may add columns);
+- every activation folder (a capture: ``meta.json`` and its shards): every column of every row equal, the
+  activations bit for bit;
+- figures (PNG, PDF) and the HTML page are only checked to exist (their bytes hold dates and fonts).
+
+Prints one line per file and exits 1 when anything differs or is missing.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+TIMES = {"seconds", "capture_seconds", "wall_s", "cpu_s", "created_utc", "load_seconds", "latency_s",
+         "compute_s", "write_s"}
+BOOKKEEPING = {"stage.json", "reproduce.json"}
+# Settings renamed since older reports (old name -> new name): one name per setting (issue 20).
+RENAMED = {"max_new_tokens": "answer_tokens"}
+SKIP_DIRS = {".cache", "partial", "shards"}
+
+
+_MISSING = object()
+
+
+def _find(new: dict[str, Any], key: str) -> Any:
+    """``new[key]``, else under the key's new name, else inside a composed config of ``new`` (one level)."""
+    for name in (key, RENAMED.get(key)):
+        if name in new:
+            return new[name]
+    for value in new.values():
+        if isinstance(value, dict) and key in value and not isinstance(value[key], dict):
+            return value[key]
+    return _MISSING
+
+
+def _equal(old: Any, new: Any, path: str, roots: tuple[str, str]) -> str | None:
+    """``None`` when ``new`` holds ``old`` (added keys aside), else the first key path that differs."""
+    if isinstance(old, dict):
+        if not isinstance(new, dict):
+            return f"{path}: a {type(new).__name__}, was an object"
+        for key, value in old.items():
+            if key == "provenance" or key in TIMES:
+                continue
+            there = _find(new, key)
+            if there is _MISSING:
+                return f"{path}.{key}: missing"
+            if not isinstance(value, dict) and isinstance(there, dict) and key in there:
+                there = there[key]  # a setting that became a composed config holding it
+            found = _equal(value, there, f"{path}.{key}", roots)
+            if found:
+                return found
+        return None
+    if isinstance(old, list):
+        if not isinstance(new, list) or len(old) != len(new):
+            return f"{path}: a list of {len(old)} became {len(new) if isinstance(new, list) else type(new).__name__}"
+        for i, (a, b) in enumerate(zip(old, new, strict=True)):
+            found = _equal(a, b, f"{path}[{i}]", roots)
+            if found:
+                return found
+        return None
+    if isinstance(old, float) and isinstance(new, float) and math.isnan(old) and math.isnan(new):
+        return None
+    if isinstance(old, str) and isinstance(new, str):
+        old, new = old.replace(roots[0], "<OUT>"), new.replace(roots[1], "<OUT>")
+    if type(old) is not type(new) and not (isinstance(old, (int, float)) and isinstance(new, (int, float))
+                                            and not isinstance(old, bool) and not isinstance(new, bool)):
+        return f"{path}: {old!r} became {new!r}"
+    return None if old == new else f"{path}: {old!r} became {new!r}"
+
+
+def compare_json(old: Path, new: Path, roots: tuple[str, str]) -> str | None:
+    a, b = (json.loads(p.read_text(encoding="utf-8")) for p in (old, new))
+    if old.name in BOOKKEEPING:
+        a = {"status": a.get("status"), "stages": [{"stage": s.get("stage"), "status": s.get("status")}
+                                                   for s in a.get("stages", [])]}
+        b = {"status": b.get("status"), "stages": [{"stage": s.get("stage"), "status": s.get("status")}
+                                                   for s in b.get("stages", [])]}
+    return _equal(a, b, "$", roots)
+
+
+def compare_csv(old: Path, new: Path) -> str | None:
+    read = [list(csv.reader(p.open(encoding="utf-8"))) for p in (old, new)]
+    (head_a, *rows_a), (head_b, *rows_b) = read
+    missing = [h for h in head_a if h not in head_b]
+    if missing:
+        return f"columns {', '.join(missing)} missing"
+    if len(rows_a) != len(rows_b):
+        return f"{len(rows_a)} rows became {len(rows_b)}"
+    index = [head_b.index(h) for h in head_a]
+    for r, (ra, rb) in enumerate(zip(rows_a, rows_b, strict=True)):
+        got = [rb[i] for i in index]
+        if ra != got:
+            col = next(h for h, x, y in zip(head_a, ra, got, strict=True) if x != y)
+            return f"row {r}, column {col}: {ra[head_a.index(col)]!r} became {got[head_a.index(col)]!r}"
+    return None
+
+
+def compare_capture(old: Path, new: Path) -> str | None:
+    import numpy as np
+
+    from countlens.core.store import load_capture
+
+    a, b = load_capture(old), load_capture(new)
+    if len(a) != len(b):
+        return f"{len(a)} rows became {len(b)}"
+    for name in a.column_names:
+        if name not in b.column_names:
+            return f"column {name} missing"
+        x = np.asarray(a.with_format("numpy", columns=[name])[name])
+        y = np.asarray(b.with_format("numpy", columns=[name])[name])
+        if x.shape != y.shape or not (np.array_equal(x, y) if x.dtype.kind not in "fc" else
+                                      np.array_equal(x, y, equal_nan=True)):
+            return f"column {name} differs"
+    return None
+
+
+def result_files(root: Path) -> list[Path]:
+    """Every file under ``root`` that holds results (resume state and shard internals excluded)."""
+    out = []
+    for path in sorted(root.rglob("*")):
+        parts = set(path.relative_to(root).parts[:-1])
+        if path.is_file() and not parts & SKIP_DIRS and not any(p.startswith(".") for p in path.relative_to(root).parts):
+            out.append(path)
+    return out
+
+
+def compare(old_root: Path, new_root: Path) -> list[tuple[str, str]]:
+    """(relative path, verdict) for every result file of ``old_root``."""
+    roots = (str(old_root.resolve()), str(new_root.resolve()))
+    verdicts = []
+    for old in result_files(old_root):
+        rel = old.relative_to(old_root)
+        new = new_root / rel
+        if not new.exists():
+            verdicts.append((str(rel), "MISSING"))
+            continue
+        if old.name == "meta.json" and (old.parent / "shards").is_dir():
+            found = compare_json(old, new, roots) or compare_capture(old.parent, new.parent)
+        elif old.suffix == ".json":
+            found = compare_json(old, new, roots)
+        elif old.suffix == ".csv":
+            found = compare_csv(old, new)
+        else:
+            found = None  # figures, the page, logs: present is all we ask
+        verdicts.append((str(rel), "same" if found is None else f"DIFFERS at {found}"))
+    return verdicts
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print(__doc__.splitlines()[0], file=sys.stderr)
+        return 2
+    old, new = (Path(a) for a in argv)
+    verdicts = compare(old, new)
+    width = max(len(r) for r, _ in verdicts) if verdicts else 0
+    for rel, verdict in verdicts:
+        print(f"{rel:<{width}}  {verdict}")
+    bad = [r for r, v in verdicts if v != "same"]
+    print(f"{len(verdicts) - len(bad)} of {len(verdicts)} files the same" + (f"; {len(bad)} not" if bad else ""))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

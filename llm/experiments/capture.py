@@ -1,0 +1,322 @@
+"""The capture experiment: a :class:`CaptureConfig` in, an activation folder and its :class:`CaptureResult` out.
+
+:func:`plan_capture` does everything that needs only the tokenizer and the model's config — resolve the
+model (hub revision included), build and check the prompts (chat template, items, boundary), resolve the
+locations, check the context length — so a capture that cannot work is refused before any weights are
+read; :func:`preflight_capture` is that check alone. :func:`run_capture` then loads the weights and writes
+the folder shard by shard (``countlens.core.store``), resuming the shards an interrupted run left.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from countlens.core.errors import ConfigError, UsageError, literal
+from countlens.core.io import provenance, to_jsonable, write_json_atomic
+from countlens.core.results import Result, result_provenance
+from countlens.core.store import ActivationWriter, existing_capture, load_capture, read_meta
+from countlens.llm.answers import ANSWER_TOKENS, answering_runner, check_generation_prompt
+from countlens.llm.capture import (
+    BACKENDS,
+    capture_shard,
+    context_length,
+    length_sorted,
+    model_facts,
+    n_blocks_of,
+    shard_runner,
+)
+from countlens.llm.experiments.options import ExperimentConfig
+from countlens.llm.hooks import residual_locations
+from countlens.llm.models import (
+    DEFAULT_MODEL,
+    LoadedModel,
+    ModelRef,
+    ModelSpec,
+    load_model,
+    load_model_config,
+    load_tokenizer,
+)
+from countlens.llm.prompts import (
+    CANDIDATE_PAIRS,
+    CONFIGURATIONS,
+    Prompt,
+    PromptSettings,
+    boundary_tokens,
+    build_prompts,
+    single_token_pairs,
+)
+
+ACTS_DTYPES = ("float32", "float16")
+PADDING_SIDES = ("left", "right")
+SHARD_ROWS = 256
+
+
+def check_positive(config: Any, *names: str) -> None:
+    """``ConfigError`` naming the first field of ``names`` whose value in ``config`` is below 1."""
+    for name in names:
+        if int(getattr(config, name)) < 1:
+            raise ConfigError(name, f"{{{name}}} must be >= 1, got {getattr(config, name)}")
+
+
+@dataclass
+class CaptureConfig(ExperimentConfig):
+    """Everything that fixes a capture (docs/definitions.md §2); the command line's defaults are these.
+
+    ``model``: which model, on which device, in which compute dtype (:class:`~countlens.llm.models.ModelSpec`);
+    ``prompts``: the prompt set (:class:`~countlens.llm.prompts.PromptSettings`: ``len(counts) * per_count
+    * len(pairs) * len(configs) * len(seeds)`` prompts of ``n + m <= L`` items). ``locations``: which
+    residual locations to keep (names, indices incl. ``-1``, ranges ``0:5``, ``all``; ``None`` = all); the
+    forward pass stops after the last one. ``acts_dtype`` is the stored dtype. Rows are written in shards of
+    ``shard_rows`` prompts, the unit an interrupted run resumes from; ``batch_size`` and ``padding_side``
+    change the vectors only by float rounding.
+
+    ``answers`` also records the model's own answer to every prompt (columns ``answer_text``, ``answer``,
+    ``answer_logprob``; :mod:`countlens.llm.answers`), up to ``answer_tokens`` greedy tokens decoded from the
+    capture's own prompt pass (its KV cache) — which is why answers are a capture option rather than a pass
+    over an existing capture: they cost a few decode steps, not a second prompt pass. The whole model then
+    runs (no early stop) in left-padded batches. ``random_init`` captures a model of the same architecture
+    and tokenizer with freshly initialised weights (seed ``init_seed``): the baseline a probe must beat.
+
+    Every setting has one name wherever it is set: ``with_options`` sets the nested ones by name too
+    (``config.with_options(device="cuda", counts=[1, 2])``), as the command line's dests do.
+    """
+
+    model: ModelSpec = field(default_factory=ModelSpec)
+    prompts: PromptSettings = field(default_factory=PromptSettings)
+    locations: str | None = None
+    batch_size: int = 16
+    backend: str = "hf"
+    acts_dtype: str = "float32"
+    padding_side: str = "right"
+    shard_rows: int = SHARD_ROWS
+    answers: bool = False
+    answer_tokens: int = ANSWER_TOKENS
+    random_init: bool = False
+    init_seed: int = 0
+
+    def validate(self) -> CaptureConfig:
+        """Raise :class:`ConfigError` naming the field of a config that cannot run."""
+        self.model.validate()
+        self.prompts.validate()
+        choices = {"backend": BACKENDS, "acts_dtype": ACTS_DTYPES, "padding_side": PADDING_SIDES}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ConfigError(name, f"{{{name}}} must be one of {', '.join(allowed)}, got "
+                                        + literal(repr(getattr(self, name))))
+        check_positive(self, "batch_size", "shard_rows", "answer_tokens")
+        if self.answers and self.backend != "hf":
+            raise ConfigError("answers", "{answers} needs {backend:hf} (the answer is decoded from the capture's "
+                                         "own prompt pass)", also=("backend",))
+        return self
+
+
+@dataclass
+class CapturePlan:
+    """A checked capture before any weights are read: where the model is, its tokenizer, the prompts
+    (length-sorted), the location indices (``None`` = all), the resume key and the context length."""
+
+    config: CaptureConfig
+    ref: ModelRef
+    tokenizer: Any
+    prompts: list[Prompt]
+    locations: list[int] | None
+    key: dict[str, Any]
+    n_blocks: int
+
+    def meta(self, facts: dict[str, Any]) -> dict[str, Any]:
+        """The capture's ``meta.json`` given the loaded model's :func:`~countlens.llm.capture.model_facts`."""
+        c, settings = self.config, self.config.prompts
+        return {
+            **facts, "dtype": c.acts_dtype, "backend": c.backend, "settings": self.key,
+            "token_pairs": settings.pairs, "configurations": {k: CONFIGURATIONS[k] for k in settings.configs},
+            "seeds": settings.seeds, "L": settings.L, "counts": settings.counts, "per_count": settings.per_count,
+            "template": settings.template, "boundary": boundary_tokens(self.tokenizer, self.prompts[0]),
+            "n_prompts": len(self.prompts), "shard_rows": c.shard_rows, "max_tokens": self.prompts[-1].n_tokens,
+            "provenance": provenance({"settings": self.key, "batch_size": c.batch_size,
+                                      "padding_side": c.padding_side, "device": c.model.device}),
+        }
+
+    def shards(self) -> list[list[Prompt]]:
+        """The prompts in shards of ``shard_rows``, in the order they are written."""
+        rows = self.config.shard_rows
+        return [self.prompts[i:i + rows] for i in range(0, len(self.prompts), rows)]
+
+
+def plan_capture(config: CaptureConfig, progress: bool = True) -> CapturePlan:
+    """Resolve and check ``config`` from the tokenizer and the model's config alone (no weights are read).
+
+    Raises :class:`UsageError` (a :class:`ConfigError` naming the field where one is to blame) for an
+    unknown model or revision, a missing chat template, items that are not one token each, a generation
+    prompt that differs between prompts, locations the model lacks, or a prompt longer than the model's
+    context.
+    """
+    config.validate()
+    ref = config.model.resolve(progress)
+    tokenizer = load_tokenizer(ref)
+    model_config = load_model_config(ref)
+    n_blocks = n_blocks_of(model_config)
+    locations = _location_indices(config.locations, n_blocks)
+    if config.answers:
+        check_generation_prompt(tokenizer, config.prompts.template)
+    prompts = length_sorted(build_prompts(tokenizer, config.prompts))
+    n_ctx, longest = context_length(model_config), prompts[-1].n_tokens
+    if n_ctx is not None and longest > n_ctx:
+        raise ConfigError("L", f"the longest prompt has {longest} tokens but the model's context is {n_ctx}; "
+                               "lower {L}")
+    return CapturePlan(config, ref, tokenizer, prompts, locations, _settings_key(config, locations), n_blocks)
+
+
+def preflight_capture(config: CaptureConfig, out: str | Path | None = None, progress: bool = True) -> None:
+    """Every check of :func:`plan_capture`, and (given ``out``) that ``out`` is empty or holds this same
+    capture; raises :class:`UsageError`, reads no weights, writes nothing."""
+    plan = plan_capture(config, progress)
+    if out is not None:
+        existing_capture(out, plan.key)
+
+
+@dataclass
+class CaptureResult(Result):
+    """A finished capture: its folder, its number of rows (prompts) and its ``meta.json``; ``provenance``
+    is that of the config that asked for it (the folder's ``meta.json`` holds the capture's own)."""
+
+    FILE: ClassVar[str] = "capture.json"
+    COMMAND: ClassVar[str] = "countlens llm capture"
+
+    folder: Path
+    n_rows: int
+    meta: dict[str, Any]
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_jsonable(super().to_dict())
+
+    @classmethod
+    def from_folder(cls, folder: str | Path, config: CaptureConfig | None = None) -> CaptureResult:
+        """The result of the capture in ``folder`` (made with ``config``, when known)."""
+        meta = read_meta(folder)
+        return cls(Path(folder), int(meta.get("n_rows", meta.get("n_prompts", 0))), meta,
+                   result_provenance(config) if config is not None else {})
+
+
+def capture_runner(plan: CapturePlan, loaded: LoadedModel | None = None, progress: bool = True):
+    """(the model, the :class:`~countlens.llm.capture.ShardRunner` that captures its shards) for ``plan``:
+    the one way a single process and each Ray worker (:mod:`countlens.llm.distributed`) set up a capture.
+    ``loaded`` reuses an already loaded model; otherwise the weights load (or are drawn, ``random_init``)."""
+    config, spec = plan.config, plan.config.model
+    if loaded is None and config.random_init:
+        loaded = random_init_model(plan.ref, plan.tokenizer, config.init_seed, spec.device, spec.dtype)
+    elif loaded is None:
+        loaded = load_model(plan.ref, device=spec.device, dtype=spec.dtype, progress=progress,
+                            tokenizer=plan.tokenizer)
+    if config.answers:
+        runner = answering_runner(loaded, plan.locations, config.batch_size, config.answer_tokens,
+                                  config.prompts.template)
+    else:
+        runner = shard_runner(loaded, plan.locations, config.backend, config.padding_side, config.batch_size)
+    return loaded, runner
+
+
+def run_capture(config: CaptureConfig, out: str | Path, *, loaded: LoadedModel | None = None,
+                progress: bool = True) -> CaptureResult:
+    """Capture the boundary residual stream of every prompt of ``config`` into the folder ``out``.
+
+    ``loaded`` reuses a model already loaded from ``config.model``. A finished capture with the same
+    settings is returned as it is; an interrupted one resumes from its finished shards; a folder holding
+    anything else is refused (:class:`UsageError`), all before the weights load.
+    """
+    from tqdm.auto import tqdm
+
+    plan = plan_capture(config, progress)
+    out = Path(out)
+    old = existing_capture(out, plan.key)
+    if old is not None and old.get("complete") and capture_is_whole(out):
+        return CaptureResult.from_folder(out, config)
+    loaded, runner = capture_runner(plan, loaded, progress)
+    writer = ActivationWriter(out, plan.meta(model_facts(loaded, runner.names)))
+    shards = plan.shards()
+    done = writer.finished_shards() & set(range(len(shards)))  # drops corrupted shards and temporary folders
+    if len(done) < len(shards):
+        # until every shard is back, the folder must not claim to be complete
+        write_json_atomic(out / "meta.json", {**writer.meta, "complete": False})
+    started = time.perf_counter()
+    bar = tqdm(total=len(plan.prompts), initial=sum(len(shards[i]) for i in done), unit="prompt",
+               desc="capture", disable=not progress, smoothing=0.1)
+    try:
+        for s, shard in enumerate(shards):
+            if s not in done:
+                writer.write_shard(s, capture_shard(runner, shard, bar.update))
+    finally:
+        bar.close()
+    writer.finish({"n_rows": len(plan.prompts), "capture_seconds": round(time.perf_counter() - started, 3)})
+    return CaptureResult.from_folder(out, config)
+
+
+def find_pairs(config: CaptureConfig, candidates=CANDIDATE_PAIRS) -> dict[str, str | None]:
+    """For each candidate pair, ``None`` if its items are one token each for ``config``'s model, wordings
+    and template, else why not (only the tokenizer is loaded)."""
+    config.prompts.validate()
+    tokenizer = load_tokenizer(config.model.resolve())
+    return single_token_pairs(tokenizer, candidates, config.prompts.configs, config.prompts.template)
+
+
+def _location_indices(spec: str | None, n_blocks: int) -> list[int] | None:
+    """Sorted location indices of ``spec`` for a model of ``n_blocks`` blocks; ``None`` for all."""
+    if spec is None or str(spec).strip() in ("", "all"):
+        return None
+    return sorted(residual_locations(spec, n_blocks))
+
+
+def _settings_key(config: CaptureConfig, locations: list[int] | None) -> dict[str, Any]:
+    """The resume key: everything that changes a row. Batch size and padding side do not (beyond float
+    rounding), so a run may resume with another batch size."""
+    spec = config.model
+    name = spec.model
+    if spec.model != DEFAULT_MODEL or spec.gguf_file:
+        path = Path(spec.model).expanduser()
+        name = str(path.resolve()) if path.exists() else spec.model
+    key = {**config.prompts.to_dict(), "model": name, "gguf_file": spec.gguf_file, "model_dtype": spec.dtype,
+           "dtype": config.acts_dtype, "backend": config.backend,
+           "locations": "all" if locations is None else locations, "shard_rows": config.shard_rows}
+    if spec.revision:
+        key["revision"] = spec.revision
+    if spec.trust_remote_code:
+        key["trust_remote_code"] = True
+    if config.answers:
+        key["answer_tokens"] = int(config.answer_tokens)
+    if config.random_init:
+        key["random_init_seed"] = int(config.init_seed)
+    return key
+
+
+def random_init_model(ref: ModelRef, tokenizer, seed: int, device: str = "cpu", dtype: str = "float32") -> LoadedModel:
+    """The architecture of ``ref`` (its config, no weights read) with the weights its own initialisation
+    draws under ``torch.manual_seed(seed)``, and ``ref``'s tokenizer: a probe baseline."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(int(seed))
+    model = AutoModelForCausalLM.from_config(load_model_config(ref), dtype=getattr(torch, dtype),
+                                             trust_remote_code=bool(ref.kwargs.get("trust_remote_code")))
+    if device not in ("cpu", "auto"):
+        model = model.to(device)
+    model.eval()
+    return LoadedModel(model=model, tokenizer=tokenizer, model_id=f"{ref.model_id} (random init, seed {int(seed)})",
+                       location=ref.location, source={**ref.source, "random_init_seed": int(seed)}, dtype=dtype,
+                       device=device)
+
+
+def capture_is_whole(out_dir: Path) -> bool:
+    """Whether a capture folder marked complete loads whole (every shard readable, every row present)."""
+    try:
+        load_capture(out_dir)
+    except UsageError:
+        return False
+    return True
+
+
+__all__ = ["ACTS_DTYPES", "PADDING_SIDES", "SHARD_ROWS", "check_positive", "CaptureConfig", "CapturePlan",
+           "plan_capture", "preflight_capture", "CaptureResult", "capture_runner", "run_capture", "find_pairs",
+           "random_init_model", "capture_is_whole"]

@@ -1,0 +1,164 @@
+"""Hook sites: where a location of the residual stream is read or edited in a Hugging Face model, and the
+TransformerLens name of the same place — one table for the capture, patching, steering and both backends.
+
+A :class:`HookSite` is a module of the decoder and whether its hook sees the module's input (``"pre"``) or
+its output (``"post"``). :data:`SITES` names the kinds of site; each turns an index into its hook site:
+
+- ``resid``, the capture's locations (docs/definitions.md §2, names from :mod:`countlens.core.locations`):
+  location 0 is the input of block 0 (``embed``; TransformerLens ``blocks.0.hook_resid_pre``), location
+  ``l >= 1`` the raw output of block ``l - 1`` (``blocks.{l-1}.hook_resid_post``, before any final norm);
+- ``resid_mid``, the residual stream between a block's attention and its MLP: no Hugging Face module
+  outputs it, so only the TransformerLens backend reads it.
+
+A new kind of site (the input of each attention output projection, the final norm) is a new row of the
+table. :class:`HookSet` registers hooks on sites and removes every one it registered on exit and on any
+failure, a failure partway through registering included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from countlens.core.errors import ConfigError, UsageError, literal
+from countlens.core.locations import location_names, resolve_locations
+
+# A hook's function: the hidden states (B, T, d) the site sees -> new hidden states, or None to leave them.
+HookFn = Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
+class HookSite:
+    """One place to hook: ``module`` inside decoder block ``block`` (``""``: the block itself; ``None``: no
+    Hugging Face module has it), hooked on its input (``"pre"``) or output (``"post"``); ``tl_name`` is the
+    TransformerLens hook point of the same place."""
+
+    block: int
+    module: str | None
+    when: str
+    tl_name: str
+
+    def module_of(self, blocks) -> Any:
+        """The ``nn.Module`` of this site among the decoder ``blocks``."""
+        if self.module is None:
+            raise UsageError(f"{self.tl_name} has no Hugging Face module; only the transformer-lens backend "
+                             "reads it")
+        block = blocks[self.block]
+        return block.get_submodule(self.module) if self.module else block
+
+
+@dataclass(frozen=True)
+class Site:
+    """A kind of hook site: ``size(n_blocks)`` indices, index ``i`` at ``at(i)``."""
+
+    name: str
+    size: Callable[[int], int]
+    at: Callable[[int], HookSite]
+
+
+def _resid(location: int) -> HookSite:
+    if location == 0:
+        return HookSite(0, "", "pre", "blocks.0.hook_resid_pre")
+    return HookSite(location - 1, "", "post", f"blocks.{location - 1}.hook_resid_post")
+
+
+def _resid_mid(block: int) -> HookSite:
+    return HookSite(block, None, "post", f"blocks.{block}.hook_resid_mid")
+
+
+SITES: dict[str, Site] = {
+    "resid": Site("resid", lambda n_blocks: n_blocks + 1, _resid),
+    "resid_mid": Site("resid_mid", lambda n_blocks: n_blocks, _resid_mid),
+}
+
+
+def hook_sites(indices: Sequence[int], n_blocks: int, site: str = "resid") -> list[HookSite]:
+    """The hook sites of ``indices`` (of the kind ``site``) in a model of ``n_blocks`` blocks;
+    ``ConfigError("locations")`` for an empty list or an index the model lacks."""
+    kind = SITES[site]
+    top = kind.size(n_blocks) - 1
+    indices = [int(i) for i in indices]
+    if not indices or min(indices) < 0 or max(indices) > top:
+        got = ", ".join(map(str, indices)) or "none"
+        raise ConfigError("locations", f"{{locations}} must lie in 0..{top} for a model with {n_blocks} blocks, "
+                                       f"got {got}")
+    return [kind.at(i) for i in indices]
+
+
+def residual_locations(spec: str | int | None, n_blocks: int) -> list[int]:
+    """The residual location indices a spec names (:func:`countlens.core.locations.resolve_locations`:
+    names, indices incl. ``-1``, ranges ``0:5``, ``all``), in the spec's order; ``ConfigError("locations")``
+    for a location the model lacks."""
+    try:
+        return resolve_locations(location_names(n_blocks), spec)
+    except UsageError as exc:
+        raise ConfigError("locations", "{locations}: " + literal(str(exc))) from None
+
+
+def _pre(fn: HookFn):
+    def hook(module, args, kwargs):
+        new = fn(args[0] if args else kwargs["hidden_states"])
+        if new is None:
+            return None
+        if args:
+            return (new, *args[1:]), kwargs
+        return args, {**kwargs, "hidden_states": new}
+    return hook
+
+
+def _post(fn: HookFn):
+    def hook(module, args, output):
+        tupled = isinstance(output, (tuple, list))
+        new = fn(output[0] if tupled else output)
+        if new is None:
+            return None
+        return (new, *output[1:]) if tupled else new
+    return hook
+
+
+class HookSet:
+    """Hooks on the decoder ``blocks`` of one model. :meth:`attach` registers a batch of them — all or
+    none: a failure partway removes those already registered — and :meth:`remove` (or leaving the ``with``
+    block) removes every hook the set holds, also after an error.
+
+    >>> with HookSet(blocks).attach([(hook_sites([3], n)[0], lambda h: h * 2)]):
+    ...     model(input_ids)
+    """
+
+    def __init__(self, blocks):
+        self.blocks = blocks
+        self._handles: list[Any] = []
+
+    def add(self, site: HookSite, fn: HookFn) -> None:
+        """Hook ``fn`` on ``site``: it gets the hidden states the site sees and returns new ones or ``None``."""
+        module = site.module_of(self.blocks)
+        if site.when == "pre":
+            handle = module.register_forward_pre_hook(_pre(fn), with_kwargs=True)
+        else:
+            handle = module.register_forward_hook(_post(fn))
+        self._handles.append(handle)
+
+    def attach(self, hooks: Iterable[tuple[HookSite, HookFn]]) -> HookSet:
+        """:meth:`add` every ``(site, fn)`` of ``hooks``; on any failure remove them all and re-raise."""
+        try:
+            for site, fn in hooks:
+                self.add(site, fn)
+        except BaseException:
+            self.remove()
+            raise
+        return self
+
+    def remove(self) -> None:
+        """Remove every hook this set registered."""
+        while self._handles:
+            self._handles.pop().remove()
+
+    def __enter__(self) -> HookSet:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+
+__all__ = ["HookSite", "Site", "SITES", "hook_sites", "residual_locations", "HookSet"]

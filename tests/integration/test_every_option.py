@@ -1,0 +1,189 @@
+"""Every command and every option that takes a value: a bad value is one line on stderr, exit status 2, that
+names the option — a flag of *that* command, worded by the dispatcher from the config field the error is
+about — before any slow work and with nothing written; or the option is listed below as free (every value is
+valid: a path to write, a seed, a name).
+
+The completeness test walks the whole ``countlens`` parser, so an option added without a case here fails.
+The rooms' own tests check the wording of each message; this one checks that none names a flag the command
+lacks (``toy table3 --attained-working-set -1`` once said ``--working-set``, ``llm patch --sources 200`` said
+``--counts``, ``reproduce --dtype float8`` said ``dtype``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+
+import pytest
+
+from countlens.pipeline.cli import build_parser, main
+
+# The arguments each command needs besides the option under test: {TINY} a tiny chat model, {ACTS} a capture
+# with answers of it, {PROBES} probes fitted on that capture, {PARAMS} a toy parameter file, {OUT} a fresh
+# folder, {JSON} a fresh file.
+BASE = {
+    "reproduce": "--preset test --model {TINY} --out {OUT}",
+    "study": "--models {TINY} --preset test --out {OUT}",
+    "toy construct": "--variant softmax --d 4 --L 10",
+    "toy check": "--params {PARAMS} --L 5",
+    "toy rates": "--L 10",
+    "toy lcap": "--d 3",
+    "toy table3": "--d 4 --B 10",
+    "toy figure1": "--out {OUT}",
+    "toy train": "--variant softmax --d 4 --L 5 --steps 1 --json {JSON}",
+    "toy table2": "--d 4 --L 5 --seeds 0 --steps 1 --json {JSON}",
+    "toy figure2": "--out {OUT} --d 4 --L 5 --seeds 0 --steps 1 --B 10",
+    "toy figure3": "--out {OUT} --d 4 --L 5 --seeds 0 --steps 1",
+    "toy figure4": "--out {OUT} --d 4 --L 5 --steps 1 --minibatch-steps 1",
+    "llm capture": "--model {TINY} --pairs a/b --configs count --seeds 0 --counts 0:2 --L 8 --quiet --out {OUT}",
+    "llm patch": "--model {TINY} --pairs a/b --configs count --seeds 0 --L 8 --sources 3 --targets 1 --out {OUT}",
+    "llm steer": "--acts {ACTS} --probes {PROBES} --counts 1,2 --out {OUT}",
+    "llm prompts": "--model {TINY} --pairs a/b --configs count --seeds 0 --counts 0:2 --L 8",
+    "llm pairs": "--model {TINY} --candidates a/b",
+    "probe": "--acts {ACTS} --out {OUT}",
+    "probe sweep": "--acts {ACTS} --out {OUT}",
+    "probe toy-acts": "--params {PARAMS} --out {OUT}",
+    "probe redraw": "--result {PROBES} --out {OUT}",
+    "geometry": "--acts {ACTS} --out {OUT} --low 0:1 --high 1:2 --pca-counts 0:2",
+    "compare": "--toy {PARAMS} --acts {ACTS} --out {OUT} --low 0:1 --high 1:2 --pca-counts 0:2 --arc-counts 0:2 "
+               "--toy-L 5",
+}
+
+# A bad value of each validated option, per command.
+BAD = {
+    "reproduce": {"--preset": "huge", "--model": "{MISSING}", "--gguf-file": "{MISSING}.gguf", "--device": "gpu",
+                  "--dtype": "float8", "--template": "fancy", "--batch-size": "0", "--stages": "nope"},
+    "study": {"--models": ",", "--preset": "huge", "--ray": "local:0", "--device": "gpu", "--dtype": "float8",
+              "--batch-size": "0", "--template": "fancy"},
+    "toy construct": {"--variant": "nope", "--d": "0", "--L": "0", "--tau": "-1"},
+    "toy check": {"--params": "{MISSING}", "--L": "0"},
+    "toy rates": {"--d": "2", "--L": "0", "--variants": "nope", "--tau": "0"},
+    "toy lcap": {"--d": "2", "--tau": "-1"},
+    "toy table3": {"--d": "2", "--B": "0", "--tau": "0", "--attained-grid": "0", "--attained-seeds": "-1",
+                   "--attained-steps": "0", "--attained-loss": "l1", "--attained-parametrization": "spherical",
+                   "--attained-working-set": "-1", "--attained-check-every": "0", "--attained-patience": "-1",
+                   "--workers": "0", "--threads": "0"},
+    "toy figure1": {"--d": "2", "--L": "1"},
+    "toy train": {"--variant": "nope", "--readout": "nope", "--d": "0", "--L": "0", "--tau": "-1", "--optimizer": "sgd",
+                  "--steps": "0", "--cap": "0", "--lr": "-1", "--batch-size": "0", "--test-fraction": "1",
+                  "--log-every": "0", "--init-scale": "0", "--ce-scale": "0", "--loss": "l1", "--beta": "0",
+                  "--working-set": "-1", "--parametrization": "spherical", "--patience": "-1", "--grow": "0",
+                  "--threads": "0"},
+    "toy table2": {"--d": "0", "--L": "0", "--seeds": "-1", "--steps": "0", "--optimizer": "sgd", "--lr": "-1",
+                   "--workers": "0", "--threads": "0"},
+    "toy figure2": {"--variant": "nope", "--d": "2", "--threads": "0", "--L": "0", "--seeds": "-1", "--steps": "0",
+                    "--lr": "-1", "--B": "0", "--table3": "{MISSING}", "--ce-scale": "0"},
+    "toy figure3": {"--variant": "nope", "--d": "0", "--threads": "0", "--L": "0", "--seeds": "-1", "--steps": "0",
+                    "--lr": "-1"},
+    "toy figure4": {"--variant": "nope", "--d": "0", "--threads": "0", "--L": "0", "--steps": "0",
+                    "--minibatch-steps": "0", "--batch-size": "0", "--lr": "0"},
+    "llm capture": {"--model": "{MISSING}", "--gguf-file": "{MISSING}.gguf", "--revision": "v1", "--L": "0",
+                    "--counts": "5:2", "--per-count": "0", "--pairs": "1/1", "--configs": "poem", "--seeds": "x",
+                    "--template": "fancy", "--locations": "0:99", "--batch-size": "0", "--backend": "jax",
+                    "--device": "gpu", "--dtype": "float8", "--acts-dtype": "int8", "--padding-side": "middle",
+                    "--shard-rows": "0", "--answer-tokens": "0", "--ray": "local:0"},
+    "llm patch": {"--model": "{MISSING}", "--gguf-file": "{MISSING}.gguf", "--revision": "v1", "--L": "0",
+                  "--per-count": "0", "--pairs": "1/1", "--configs": "poem", "--seeds": "x", "--template": "fancy",
+                  "--locations": "0:99", "--batch-size": "0", "--answer-tokens": "0", "--device": "gpu",
+                  "--dtype": "float8", "--sources": "200", "--targets": "x"},
+    "llm steer": {"--acts": "{MISSING}", "--probes": "{MISSING}", "--location": "99", "--deltas": "nan",
+                  "--counts": "90", "--max-prompts": "0", "--batch-size": "0", "--answer-tokens": "0",
+                  "--device": "gpu"},
+    "llm prompts": {"--model": "{MISSING}", "--gguf-file": "{MISSING}.gguf", "--revision": "v1", "--L": "0",
+                    "--counts": "5:2", "--per-count": "0", "--pairs": "1/1", "--configs": "poem", "--seeds": "x",
+                    "--template": "fancy", "--show": "0"},
+    "llm pairs": {"--model": "{MISSING}", "--gguf-file": "{MISSING}.gguf", "--revision": "v1", "--configs": "poem",
+                  "--template": "fancy", "--candidates": "a"},
+    "probe": {"--acts": "{MISSING}", "--locations": "99", "--alphas": "-1", "--seeds": "x", "--split": "0.5,0.5",
+              "--classifier-C": "x", "--figure-locations": "99", "--blas-threads": "-1"},
+    "probe sweep": {"--acts": "{MISSING}", "--location": "99", "--alphas": "-1", "--seeds": "x",
+                    "--split": "0.5,0.5", "--blas-threads": "-1"},
+    "probe toy-acts": {"--params": "{MISSING}", "--L": "0"},
+    "probe redraw": {"--result": "{MISSING}", "--figure-locations": "nowhere"},
+    "geometry": {"--acts": "{MISSING}", "--low": "2:1", "--high": "x", "--pca-counts": "3", "--pca-locations": "99"},
+    "compare": {"--toy": "{MISSING}", "--acts": "{MISSING}", "--locations": "99", "--toy-L": "0",
+                "--arc-counts": "2:1", "--low": "2:1", "--high": "x", "--pca-counts": "3"},
+}
+
+# Options where every value is valid (they name what to write, or any seed or count of output lines works).
+FREE = {
+    "reproduce": {"--out"}, "study": {"--out"},
+    "toy construct": {"--json"}, "toy check": {"--json"}, "toy rates": {"--json"}, "toy lcap": {"--json"},
+    "toy table3": {"--json"}, "toy figure1": {"--out"}, "toy train": {"--seed", "--json", "--checkpoint",
+                                                                      "--checkpoint-every"},
+    "toy table2": {"--json"}, "toy figure2": {"--out"}, "toy figure3": {"--out"}, "toy figure4": {"--out", "--seed"},
+    "llm capture": {"--init-seed", "--out"}, "llm patch": {"--out"}, "llm steer": {"--out", "--seed"},
+    "probe": {"--out"}, "probe sweep": {"--out"}, "probe toy-acts": {"--out", "--seed"}, "probe redraw": {"--out"},
+    "geometry": {"--out"}, "compare": {"--out"},
+}
+
+
+def _commands() -> dict[str, argparse.ArgumentParser]:
+    """Every command of the full parser that takes options, by its words (``"toy table3"``)."""
+    found = {}
+
+    def walk(parser, words):
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if _options(parser) or not subs:
+            found[" ".join(words)] = parser
+        for sub in subs:
+            for name, child in sub.choices.items():
+                walk(child, (*words, name))
+
+    walk(build_parser(), ())
+    return found
+
+
+def _options(parser: argparse.ArgumentParser) -> set[str]:
+    """The long options of ``parser`` that take a value."""
+    return {max(a.option_strings, key=len) for a in parser._actions
+            if a.option_strings and a.nargs != 0 and not isinstance(a, (argparse._HelpAction, argparse._VersionAction))}
+
+
+COMMANDS = _commands()
+CASES = [(command, option, value) for command, options in BAD.items() for option, value in options.items()]
+
+
+def test_every_option_of_every_command_has_a_case():
+    assert set(COMMANDS) == set(BASE) == set(BAD)
+    missing = {c: sorted(_options(p) - set(BAD[c]) - FREE.get(c, set())) for c, p in COMMANDS.items()}
+    assert {c: m for c, m in missing.items() if m} == {}
+    stale = {c: sorted((set(BAD[c]) | FREE.get(c, set())) - _options(p)) for c, p in COMMANDS.items()}
+    assert {c: s for c, s in stale.items() if s} == {}
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory, tiny_chat_model):
+    """The files the base arguments name: a capture with answers of a tiny model, probes on it, a toy file."""
+    root = tmp_path_factory.mktemp("inputs")
+    acts, probes = root / "acts", root / "probe"
+    assert main(["llm", "capture", *BASE["llm capture"].format(TINY=tiny_chat_model, OUT=acts).split(),
+                 "--counts", "0:8", "--per-count", "2", "--answers", "--answer-tokens", "2"]) == 0
+    assert main(["probe", "--acts", str(acts), "--out", str(probes), "--seeds", "0"]) == 0
+    params = root / "params.json"
+    assert main(["toy", "construct", "--variant", "softmax", "--d", "4", "--L", "5", "--json", str(params)]) == 0
+    return {"TINY": str(tiny_chat_model), "ACTS": str(acts), "PROBES": str(probes / "probes.json"),
+            "PARAMS": str(params), "MISSING": str(root / "missing")}
+
+
+@pytest.mark.parametrize("command, option, value", CASES, ids=[f"{c} {o}" for c, o, _ in CASES])
+def test_a_bad_value_is_one_line_naming_this_commands_flag(command, option, value, inputs, tmp_path, capsys):
+    names = {**inputs, "OUT": str(tmp_path / "out"), "JSON": str(tmp_path / "result.json")}
+    argv = [*command.split(), *BASE[command].format(**names).split(), option, value.format(**names)]
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own check (a type or a choice), also one line naming the option
+        code = exc.code
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and len(err) == 1, err
+    assert re.search(rf"{re.escape(option)}(?![\w-])", err[0]), err[0]
+    named = set(re.findall(r"(?<![\w-])--[a-zA-Z][\w-]*", err[0]))
+    assert named <= _options(COMMANDS[command]) | {"--help"}, (named, err[0])
+    assert not (tmp_path / "out").exists() and not (tmp_path / "result.json").exists()
+
+
+def test_the_flag_check_can_fail(capsys):
+    # A message naming another command's flag would fail the test above: `toy construct` has no --steps.
+    assert "--steps" not in _options(COMMANDS["toy construct"]) and "--steps" in _options(COMMANDS["toy train"])
+    assert json.dumps(sorted(_options(COMMANDS["toy construct"]))) == '["--L", "--d", "--json", "--tau", "--variant"]'
