@@ -2,8 +2,18 @@
 and the teacher-forced log-probability of the correct answer (docs/definitions.md §2).
 
 One prompt pass (left-padded, so every row's boundary is the last position) yields the boundary logits and
-the KV cache; the answer then costs ``answer_tokens`` single-token decode steps, and the correct answer's
-log-probability one more short forward over its tokens — never another prompt pass.
+the KV cache; the answer then costs ``answer_tokens`` single-token decode steps, and every teacher-forced
+answer one more short forward over its tokens — never another prompt pass.
+
+**Teacher-forced candidates**, the one mechanism every answer read-out uses (the correct answer's
+log-probability, the distribution over counts, patching's logit differences): a candidate is a count's answer
+string as tokens, without an end-of-turn token (so any vocabulary's number splitting works: "42" may be one
+token or two); :func:`score_candidates` sums ``log p(token | prompt, the candidate's tokens before it)`` from
+one prompt pass's logits and cache, feeding only each candidate's tokens but its last, and no sequence that
+begins a longer one (for the counts 0..100 in a vocabulary of single digits: nine one-token feeds and "10").
+:func:`answer_distribution` normalises over the candidates: ``p(k | prompt)``, the expected count ``Σ k p(k)``
+and the correct count's rank. Without an end-of-turn token a candidate's probability includes every longer
+answer it begins ("1" includes "10".."19"): the distribution is over first answers, not over final ones.
 
 **Parse rule.** The answer is the integer written in the generated text when the text holds exactly one
 number, a number being a maximal run of ASCII digits, optionally preceded by ``-``. Anything else — no
@@ -115,7 +125,7 @@ def answer_batch(model, input_ids, attention_mask, correct_ids: Sequence[Sequenc
     with prompt_context if prompt_context is not None else contextlib.nullcontext():
         logits, cache = _forward(model, input_ids, attention_mask, positions, last_only=True)  # (B, V)
     last_pos = positions[:, -1:]  # (B, 1)
-    logprob = _teacher_forced(model, logits, copy.deepcopy(cache), attention_mask, last_pos, correct_ids)
+    logprob = score_candidates(model, logits, cache, attention_mask, last_pos, [[list(c)] for c in correct_ids])[:, 0]
     tokens: list[list[int]] = [[] for _ in range(B)]
     done = torch.zeros(B, dtype=torch.bool, device=device)
     stop = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
@@ -134,29 +144,172 @@ def answer_batch(model, input_ids, attention_mask, correct_ids: Sequence[Sequenc
     return AnswerBatch(tokens, logprob)
 
 
-def _teacher_forced(model, first_logits, cache, attention_mask, last_pos, correct_ids) -> np.ndarray:
-    """Σ log p(correct token | prompt, earlier correct tokens) per row: (B,) float64."""
+# ----------------------------------------------------------------------------- teacher-forced candidates
+#
+# One mechanism scores every answer countlens reads off a model: the correct answer's log-probability, the
+# distribution over counts, the logit differences of patching. A candidate is a count's answer string as
+# tokens (no end-of-turn token: an answer "4" and the start of "42" are the same tokens, and vocabularies that
+# split numbers into digits need every token of "42"); its log-probability is the sum over its tokens of
+# log p(token | prompt, the candidate's tokens before it), read from one prompt pass's boundary logits and KV
+# cache — never another prompt pass.
+
+CANDIDATE_ROWS = 64  # candidate sequences fed at once (each carries a copy of its prompt's KV cache)
+MIN_LD_GAP = 0.05  # nats: a clean-vs-corrupt logit difference below this is too small to normalise by
+
+
+def candidate_token_ids(tokenizer, counts: Sequence[int], template: str = "chat") -> list[list[int]]:
+    """Each count's answer tokens (:func:`answer_token_ids`), in the order of ``counts``."""
+    ids = [answer_token_ids(tokenizer, int(k), template) for k in counts]
+    empty = [int(k) for k, t in zip(counts, ids, strict=True) if not t]
+    if empty:
+        raise ValueError(f"the answers {empty} encode to no tokens")
+    return ids
+
+
+def _feeds(candidates: Sequence[Sequence[int]]) -> tuple[list[tuple[int, ...]], list[int]]:
+    """The token sequences to feed after the prompt so that every candidate's tokens beyond its first are
+    teacher-forced: each candidate's tokens but its last, without those that begin another one (the longer
+    sequence's logits hold theirs). Returns the feeds and, per candidate, the feed holding it (-1: a one-token
+    candidate needs none)."""
+    prefixes = sorted({tuple(c[:-1]) for c in candidates if len(c) > 1})
+    feeds = [p for p in prefixes if not any(len(q) > len(p) and q[:len(p)] == p for q in prefixes)]
+    where = [-1 if len(c) == 1 else next(i for i, f in enumerate(feeds) if f[:len(c) - 1] == tuple(c[:-1]))
+             for c in candidates]
+    return feeds, where
+
+
+def score_candidates(model, logits, cache, attention_mask, last_pos, candidates,
+                     max_rows: int = CANDIDATE_ROWS) -> np.ndarray:
+    """log p(candidate | prompt), every token teacher-forced, for each row of a prompt pass: (B, K) float64.
+
+    ``logits`` (B, V): the boundary's next-token logits of the pass; ``cache``: its KV cache (left unchanged);
+    ``attention_mask`` (B, T) its mask; ``last_pos`` (B, 1) the boundary's position id. ``candidates``: one list
+    of K candidates (token-id lists) for every row, or per row its own list of K. Candidate tokens after the
+    first are fed in batches of at most ``max_rows`` sequences, each with a copy of its row's cache (rows
+    whose candidates are all one token cost nothing more).
+    """
     import torch
 
-    B = first_logits.shape[0]
-    device = first_logits.device
-    k = max(len(c) for c in correct_ids)
-    if min(len(c) for c in correct_ids) < 1:
-        raise ValueError("every correct answer needs at least one token")
-    target = torch.zeros((B, k), dtype=torch.long, device=device)
-    valid = torch.zeros((B, k), dtype=torch.bool, device=device)
-    for row, ids in enumerate(correct_ids):
-        target[row, :len(ids)] = torch.tensor(list(ids), dtype=torch.long)
-        valid[row, :len(ids)] = True
-    logp = torch.log_softmax(first_logits, dim=-1).gather(1, target[:, :1])  # (B, 1)
-    if k > 1:  # feed tokens 1..k-1 (right-padded; a pad only follows the tokens that count)
-        mask = torch.cat([attention_mask, valid[:, :-1].to(attention_mask.dtype)], dim=1)
-        positions = last_pos + 1 + torch.arange(k - 1, device=device)[None, :]  # (B, k-1)
-        out = model(input_ids=target[:, :-1], attention_mask=mask, position_ids=positions, use_cache=True,
-                    **{_cache_arg(model): cache})
-        rest = torch.log_softmax(out.logits.float(), dim=-1).gather(2, target[:, 1:, None])[..., 0]  # (B, k-1)
-        logp = torch.cat([logp, rest], dim=1)
-    return (logp.double() * valid).sum(dim=1).cpu().numpy()
+    B = logits.shape[0]
+    shared = len(candidates) > 0 and isinstance(candidates[0][0], (int, np.integer))
+    per_row = [candidates] * B if shared else list(candidates)
+    if len(per_row) != B or len({len(c) for c in per_row}) != 1 or any(not t for c in per_row for t in c):
+        raise ValueError("candidates: one list of non-empty token lists, or one list of K per row")
+    first = torch.log_softmax(logits.float(), dim=-1)  # (B, V)
+    out = np.zeros((B, len(per_row[0])), dtype=np.float64)
+    jobs = []  # (row, feed, [(candidate, tokens), ...]) for the candidates longer than one token
+    for b, cands in enumerate(per_row):
+        index = torch.tensor([c[0] for c in cands], dtype=torch.long, device=first.device)
+        out[b] = first[b, index].double().cpu().numpy()
+        feeds, where = _feeds(cands)
+        for j, feed in enumerate(feeds):
+            jobs.append((b, feed, [(k, c) for k, c in enumerate(cands) if where[k] == j]))
+    for start in range(0, len(jobs), max_rows):
+        _score_feeds(model, cache, attention_mask, last_pos, jobs[start:start + max_rows], out)
+    return out
+
+
+def _score_feeds(model, cache, attention_mask, last_pos, jobs, out: np.ndarray) -> None:
+    """Feed each job's tokens after its row's prompt (one batch) and add its candidates' later tokens'
+    log-probabilities to ``out``."""
+    import torch
+
+    device = attention_mask.device
+    rows = torch.tensor([b for b, _, _ in jobs], dtype=torch.long, device=device)
+    width = max(len(f) for _, f, _ in jobs)
+    ids = torch.zeros((len(jobs), width), dtype=torch.long, device=device)
+    valid = torch.zeros((len(jobs), width), dtype=attention_mask.dtype, device=device)
+    for i, (_, feed, _) in enumerate(jobs):
+        ids[i, :len(feed)] = torch.tensor(feed, dtype=torch.long)
+        valid[i, :len(feed)] = 1  # right-padded: a pad only follows the tokens that count
+    copy_ = _select_rows(cache, rows)
+    mask = torch.cat([attention_mask[rows], valid], dim=1)
+    positions = last_pos[rows] + 1 + torch.arange(width, device=device)[None, :]  # (R, width)
+    result = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                   **{_cache_arg(model): copy_})
+    logp = torch.log_softmax(result.logits.float(), dim=-1)  # (R, width, V)
+    for i, (b, _, members) in enumerate(jobs):
+        for k, tokens in members:
+            later = torch.tensor(tokens[1:], dtype=torch.long, device=logp.device)
+            out[b, k] += float(logp[i, torch.arange(len(tokens) - 1), later].double().sum())
+
+
+def _select_rows(cache, rows):
+    """A KV cache holding the batch rows ``rows`` of ``cache`` (repeats allowed); ``cache`` is left as it is.
+    The layers are copied shallowly (selecting makes new tensors), the whole cache only where it has no
+    layer list."""
+    layers = getattr(cache, "layers", None)
+    if isinstance(layers, list):
+        out = copy.copy(cache)
+        out.layers = [copy.copy(layer) for layer in layers]
+    else:
+        out = copy.deepcopy(cache)
+    out.batch_select_indices(rows)
+    return out
+
+
+def candidate_logprobs(model, tokenizer, prompts, counts: Sequence[int], template: str = "chat",
+                       batch_size: int = 16, context=None) -> np.ndarray:
+    """log p("k" | prompt) for every prompt and every count ``k`` of ``counts``: (P, K) float64, one prompt
+    pass per batch of ``batch_size`` left-padded prompts (``context(rows, boundary_index)``: a context manager
+    active during each batch's prompt pass, e.g. a patch)."""
+    import torch
+
+    candidates = candidate_token_ids(tokenizer, counts, template)
+    pad_id = pad_token_id(tokenizer)
+    device = model.get_input_embeddings().weight.device
+    out = np.zeros((len(prompts), len(counts)), dtype=np.float64)
+    with torch.inference_mode():
+        for start in range(0, len(prompts), batch_size):
+            rows = list(range(start, min(start + batch_size, len(prompts))))
+            ids, mask, index = pad_batch([prompts[i] for i in rows], pad_id, "left", device)
+            positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
+            with context(rows, index) if context is not None else contextlib.nullcontext():
+                logits, cache = _forward(model, ids, mask, positions, last_only=True)
+            out[rows] = score_candidates(model, logits, cache, mask, positions[:, -1:], candidates)
+    return out
+
+
+@dataclass
+class AnswerDistribution:
+    """The model's answer as a distribution over the candidate counts. ``p`` (P, K): the candidates'
+    probabilities normalised over the candidates; ``expected`` (P,): Σ k p(k); ``rank`` (P,): the rank of
+    the correct count among the candidates by log-probability, 1 = the most likely (ties count in its
+    favour); ``-1`` where the correct count is not a candidate."""
+
+    counts: np.ndarray
+    p: np.ndarray
+    expected: np.ndarray
+    rank: np.ndarray
+
+
+def answer_distribution(logprobs: np.ndarray, counts: Sequence[int],
+                        correct: Sequence[int] | None = None) -> AnswerDistribution:
+    """:class:`AnswerDistribution` of (P, K) candidate log-probabilities (:func:`candidate_logprobs`) for the
+    candidate counts ``counts`` (K,), ranking the ``correct`` count of each row (P,)."""
+    logprobs = np.asarray(logprobs, dtype=np.float64)
+    counts = np.asarray(counts, dtype=np.float64)
+    shifted = logprobs - logprobs.max(axis=1, keepdims=True)
+    p = np.exp(shifted)
+    p /= p.sum(axis=1, keepdims=True)
+    rank = np.full(len(logprobs), -1, dtype=np.int64)
+    if correct is not None:
+        for i, n in enumerate(correct):
+            hit = np.flatnonzero(counts == float(n))
+            if len(hit):
+                rank[i] = 1 + int(np.sum(logprobs[i] > logprobs[i, hit[0]]))
+    return AnswerDistribution(counts, p, p @ counts, rank)
+
+
+def normalised_ld(ld: np.ndarray, clean: np.ndarray, corrupt: np.ndarray,
+                  min_gap: float = MIN_LD_GAP) -> np.ndarray:
+    """``(ld − corrupt) / (clean − corrupt)``: 0 = the corrupted run's logit difference, 1 = the clean run's
+    (logit differences of two candidates' log-probabilities, nats). NaN where ``|clean − corrupt| < min_gap``:
+    too small a difference to normalise by (report those pairs, do not divide)."""
+    ld, clean, corrupt = (np.asarray(x, dtype=np.float64) for x in (ld, clean, corrupt))
+    gap = clean - corrupt
+    ok = np.abs(gap) >= min_gap
+    return np.where(ok, (ld - corrupt) / np.where(ok, gap, 1.0), np.nan)
 
 
 @dataclass
