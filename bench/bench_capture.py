@@ -13,8 +13,16 @@ Peak memory is the rise of the process's peak RSS (``VmHWM``, reset through ``/p
 the RSS before the method ran, with a fixed malloc mmap threshold so freed buffers go back to the OS.
 Also reported: the end-to-end ``countlens.llm.run_capture`` (prompts -> Arrow folder) throughput.
 
+``--answers`` measures instead what the answer as a distribution over counts costs: the capture with answers
+(``answering_runner``) now — greedy answer, the correct answer's log-probability and every candidate count's
+(0..100 at the quick preset's L = 256, all tokens teacher-forced from the prompt's own KV cache) — against the
+runner before that change (a verbatim copy below, :func:`old_answering_runner`) and the capture without
+answers, on the same batches, interleaved round by round; compute only (``capture_shard``), and the
+extrapolation to the quick preset's 404 prompts.
+
     python bench/bench_capture.py                    # 48 prompts, L=64, 5 rounds
     python bench/bench_capture.py --prompts 96 --rounds 5 --json bench/out/capture.json
+    python bench/bench_capture.py --answers --prompts 16 --L 256 --rounds 2
 """
 
 from __future__ import annotations
@@ -65,6 +73,84 @@ def measure(fn) -> tuple[float, float]:
     return seconds, peak
 
 
+def old_answering_runner(loaded, locations, batch_size, answer_tokens=16, template="chat"):
+    """``countlens.llm.answers.answering_runner`` as it was before the answer became a distribution (commit
+    7acb7f7): the greedy answer and the correct answer's log-probability only."""
+    from countlens.core.store import ANSWER_COLUMNS
+    from countlens.llm.answers import answer_batch, answer_token_ids, parse_answer, stop_token_ids
+    from countlens.llm.capture import BoundaryCapture, ShardRunner, hidden_size, pad_batch, pad_token_id
+
+    model, tokenizer = loaded.model, loaded.tokenizer
+    hooks = BoundaryCapture(model, locations, early_stop=False)
+    stop, pad_id = stop_token_ids(model, tokenizer), pad_token_id(tokenizer)
+    device = model.get_input_embeddings().weight.device
+
+    def run(group):
+        ids, mask, index = pad_batch(group, pad_id, "left", device)
+        hooks.expect(index)
+        out = answer_batch(model, ids, mask, [answer_token_ids(tokenizer, p.n, template) for p in group], stop,
+                           answer_tokens, pad_id, prompt_context=hooks)
+        texts = out.texts(tokenizer)
+        return hooks.result().numpy(), {"answer_text": texts, "answer": [parse_answer(t) for t in texts],
+                                        "answer_logprob": out.logprob.tolist()}
+    return ShardRunner(hooks.names, run, batch_size, hidden_size(model.config), ANSWER_COLUMNS)
+
+
+def answers_main(args) -> None:
+    """The ``--answers`` measurement (see the module docstring)."""
+    from countlens.llm.answers import answer_candidates, answering_runner
+    from countlens.llm.capture import capture_shard, length_sorted, shard_runner
+    from countlens.llm.models import load_model, quiet_transformers
+    from countlens.llm.prompts import PromptSettings, build_prompts
+
+    quiet_transformers()
+    loaded = load_model("default", progress=False)
+    per_pair = max(2, args.prompts // 4)
+    counts = sorted({int(round(c)) for c in np.linspace(0, min(100, args.L), per_pair)})  # 0 and 100 included
+    prompts = length_sorted(build_prompts(loaded.tokenizer, PromptSettings(L=args.L, counts=counts, configs=["count"],
+                                                                           seeds=[0])))
+    candidates = answer_candidates(counts)
+    runners = {"plain": shard_runner(loaded, None, "hf", "right", args.batch_size),
+               "answers-before": old_answering_runner(loaded, None, args.batch_size),
+               "answers-now": answering_runner(loaded, None, args.batch_size, candidates=candidates)}
+    times: dict[str, list[float]] = {m: [] for m in runners}
+    peaks: dict[str, list[float]] = {m: [] for m in runners}
+    with torch.inference_mode():
+        old, new = (capture_shard(runners[m], prompts) for m in ("answers-before", "answers-now"))
+    assert np.array_equal(old["acts"], new["acts"]) and old["answer_text"] == new["answer_text"]
+    drift = float(np.max(np.abs(np.subtract(old["answer_logprob"], new["answer_logprob"]))))
+    for _ in range(args.rounds):
+        for name, runner in runners.items():
+            sec, peak = measure(lambda r=runner: capture_shard(r, prompts))
+            times[name].append(sec)
+            peaks[name].append(peak)
+    med = {m: statistics.median(v) for m, v in times.items()}
+    best = {m: min(v) for m, v in times.items()}
+    load = os.getloadavg()[0]
+    print(f"SmolLM2-135M-Instruct, {len(prompts)} prompts (L={args.L}, {prompts[-1].n_tokens} tokens at most), "
+          f"batch {args.batch_size}, {len(candidates)} candidates {candidates[0]}..{candidates[-1]}, "
+          f"{args.rounds} rounds, torch threads {torch.get_num_threads()}, load average {load:.2f}")
+    print(f"{'method':<15} {'median s':>9} {'best s':>8} {'prompts/s':>10} {'peak MiB':>9}")
+    for name in runners:
+        print(f"{name:<15} {med[name]:9.2f} {best[name]:8.2f} {len(prompts) / med[name]:10.3f} "
+              f"{max(peaks[name]):9.1f}")
+    ratio = med["answers-now"] / med["answers-before"]
+    print(f"capture with answers now / before: median {ratio:.3f}x, best "
+          f"{best['answers-now'] / best['answers-before']:.3f}x (target <= 1.3); before / plain "
+          f"{med['answers-before'] / med['plain']:.3f}x, now / plain {med['answers-now'] / med['plain']:.3f}x")
+    before, now = (404 * med[m] / len(prompts) for m in ("answers-before", "answers-now"))
+    print(f"extrapolated to the quick preset's 404 prompts: {before:.0f} s before, {now:.0f} s now "
+          f"(+{now - before:.0f} s), compute only")
+    print(f"same vectors and greedy answers; max |answer_logprob now - before| = {drift:.1e} nats")
+    if args.json:
+        from countlens.core.io import provenance, write_json_atomic
+
+        write_json_atomic(args.json, {"prompts": len(prompts), "median_seconds": med, "best_seconds": best,
+                                      "ratio": ratio,
+                                      "peak_mib": {m: max(v) for m, v in peaks.items()}, "load_average": load,
+                                      "provenance": provenance(vars(args))})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prompts", type=int, default=48, help="number of prompts (counts spread over 0..L)")
@@ -74,9 +160,14 @@ def main() -> None:
     parser.add_argument("--early", default="1,8,15", help="k values for the early-stop rows")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--json", default=None, help="write the measurements here")
+    parser.add_argument("--answers", action="store_true", help="measure the capture with answers instead (the "
+                                                               "answer as a distribution over counts vs before)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.answers:
+        answers_main(args)
+        return
 
     from transformers.utils import logging as hf_logging
 

@@ -38,8 +38,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from countlens.core.errors import ConfigError
-from countlens.core.store import ANSWER_COLUMNS
-from countlens.llm.capture import BoundaryCapture, ShardRunner, hidden_size, pad_batch, pad_token_id
+from countlens.core.store import ANSWER_COLUMNS, DISTRIBUTION_COLUMNS
+from countlens.llm.capture import (
+    BoundaryCapture,
+    ShardRunner,
+    gathered_rows,
+    hidden_size,
+    pad_batch,
+    pad_token_id,
+)
 from countlens.llm.models import LoadedModel
 from countlens.llm.prompts import Prompt
 
@@ -80,10 +87,12 @@ def stop_token_ids(model, tokenizer) -> set[int]:
 @dataclass
 class AnswerBatch:
     """Answers of one batch. tokens: per row the generated ids (stop token excluded); logprob: (B,) natural
-    log-probability of the correct answer string under teacher forcing."""
+    log-probability of the correct answer string under teacher forcing; candidates: (B, K) that of every
+    candidate :func:`answer_batch` was given (``None`` without)."""
 
     tokens: list[list[int]]
     logprob: np.ndarray
+    candidates: np.ndarray | None = None
 
     def texts(self, tokenizer) -> list[str]:
         return [tokenizer.decode(t, skip_special_tokens=True) for t in self.tokens]
@@ -109,13 +118,15 @@ def _forward(model, ids, mask, positions, cache=None, last_only=False):
 
 def answer_batch(model, input_ids, attention_mask, correct_ids: Sequence[Sequence[int]], stop_ids: set[int],
                  answer_tokens: int = ANSWER_TOKENS, pad_id: int = 0,
-                 prompt_context=None) -> AnswerBatch:
+                 prompt_context=None, candidates: Sequence[Sequence[int]] | None = None) -> AnswerBatch:
     """Greedy answers and the correct answer's log-probability for a left-padded batch.
 
     input_ids, attention_mask: (B, T), left-padded (the boundary is position T - 1 of every row).
     ``correct_ids``: per row the correct answer's token ids (at least one each). ``prompt_context``: a context
     manager active during the prompt pass only (hooks that read or edit the boundary, e.g.
-    :class:`countlens.llm.patching.BoundaryEdit`); decode steps run without it.
+    :class:`countlens.llm.patching.BoundaryEdit`); decode steps run without it. ``candidates``: token-id
+    lists scored for every row as well (:attr:`AnswerBatch.candidates`), in the same teacher-forced call as
+    the correct answer, before the decode steps extend the cache.
     """
     import torch
 
@@ -125,7 +136,9 @@ def answer_batch(model, input_ids, attention_mask, correct_ids: Sequence[Sequenc
     with prompt_context if prompt_context is not None else contextlib.nullcontext():
         logits, cache = _forward(model, input_ids, attention_mask, positions, last_only=True)  # (B, V)
     last_pos = positions[:, -1:]  # (B, 1)
-    logprob = score_candidates(model, logits, cache, attention_mask, last_pos, [[list(c)] for c in correct_ids])[:, 0]
+    rows = [[list(c), *(list(k) for k in candidates or ())] for c in correct_ids]
+    scores = score_candidates(model, logits, cache, attention_mask, last_pos, rows)  # (B, 1 + K)
+    logprob = scores[:, 0]
     tokens: list[list[int]] = [[] for _ in range(B)]
     done = torch.zeros(B, dtype=torch.bool, device=device)
     stop = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
@@ -141,7 +154,7 @@ def answer_batch(model, input_ids, attention_mask, correct_ids: Sequence[Sequenc
         nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
         mask = torch.cat([mask, torch.ones((B, 1), dtype=mask.dtype, device=device)], dim=1)
         logits, cache = _forward(model, nxt[:, None], mask, last_pos + step + 1, cache)
-    return AnswerBatch(tokens, logprob)
+    return AnswerBatch(tokens, logprob, scores[:, 1:] if candidates else None)
 
 
 # ----------------------------------------------------------------------------- teacher-forced candidates
@@ -366,23 +379,47 @@ def check_generation_prompt(tokenizer, template: str) -> None:
                                       'turn); this model has none: pass {template:plain} to answer after "Answer:"')
 
 
+def answer_candidates(counts: Sequence[int]) -> list[int]:
+    """The candidate answers of a prompt set whose counts are ``counts``: every integer of
+    ``min(counts)..max(counts)`` (a capture's ``meta["answer_candidates"]``)."""
+    return list(range(int(min(counts)), int(max(counts)) + 1))
+
+
 def answering_runner(loaded: LoadedModel, locations: Sequence[int] | None, batch_size: int,
-                     answer_tokens: int = ANSWER_TOKENS, template: str = "chat") -> ShardRunner:
+                     answer_tokens: int = ANSWER_TOKENS, template: str = "chat",
+                     candidates: Sequence[int] | None = None, positions: str = "boundary") -> ShardRunner:
     """A capture :class:`~countlens.llm.capture.ShardRunner` that also records each prompt's answer
     (``answer_text``, ``answer``, ``answer_logprob``) from the same prompt pass: the capture hooks read the
-    boundary during it, then the answer is decoded from its KV cache. Batches are left-padded and the whole
-    model runs (no early stop)."""
+    boundary (or every kept position, :func:`~countlens.llm.capture.kept_positions`) during it, then the answer
+    is decoded from its KV cache. Batches are left-padded and the whole model runs (no early stop).
+
+    With ``candidates`` (counts, :func:`answer_candidates`), also the answer as a distribution over them, from
+    the same prompt pass's logits and cache before decoding (:func:`score_candidates`, one call with the
+    correct answer): ``answer_logprobs`` (per row every candidate's log-probability, all its tokens
+    teacher-forced), ``answer_expected`` and ``answer_rank`` (:func:`answer_distribution`)."""
     model, tokenizer = loaded.model, loaded.tokenizer
     hooks = BoundaryCapture(model, locations, early_stop=False)
     stop, pad_id = stop_token_ids(model, tokenizer), pad_token_id(tokenizer)
     device = model.get_input_embeddings().weight.device
+    counts = None if candidates is None else [int(k) for k in candidates]
+    candidate_ids = None if counts is None else candidate_token_ids(tokenizer, counts, template)
 
     def run(group: list[Prompt]):
         ids, mask, index = pad_batch(group, pad_id, "left", device)
-        hooks.expect(index)
+        if positions == "boundary":
+            hooks.expect(index)
+        else:
+            rows, at = gathered_rows(group, index, positions)
+            hooks.expect(at, rows)
         out = answer_batch(model, ids, mask, [answer_token_ids(tokenizer, p.n, template) for p in group], stop,
-                           answer_tokens, pad_id, prompt_context=hooks)
+                           answer_tokens, pad_id, prompt_context=hooks, candidates=candidate_ids)
         texts = out.texts(tokenizer)
-        return hooks.result().numpy(), {"answer_text": texts, "answer": [parse_answer(t) for t in texts],
-                                        "answer_logprob": out.logprob.tolist()}
-    return ShardRunner(hooks.names, run, batch_size, hidden_size(model.config), ANSWER_COLUMNS)
+        values = {"answer_text": texts, "answer": [parse_answer(t) for t in texts],
+                  "answer_logprob": out.logprob.tolist()}
+        if counts is not None:
+            dist = answer_distribution(out.candidates, counts, [p.n for p in group])
+            values.update(answer_logprobs=out.candidates.tolist(), answer_expected=dist.expected.tolist(),
+                          answer_rank=dist.rank.tolist())
+        return hooks.result().numpy(), values
+    columns = ANSWER_COLUMNS + (DISTRIBUTION_COLUMNS if counts is not None else ())
+    return ShardRunner(hooks.names, run, batch_size, hidden_size(model.config), columns, positions=positions)

@@ -17,7 +17,7 @@ from typing import Any
 
 from countlens.core.args import HelpFormatter, parse_float_list, parse_int_list
 from countlens.core.errors import ConfigError, UsageError
-from countlens.llm.capture import BACKENDS
+from countlens.llm.capture import BACKENDS, POSITIONS
 from countlens.llm.experiments.capture import ACTS_DTYPES, PADDING_SIDES, CaptureConfig
 from countlens.llm.experiments.options import option_value
 from countlens.llm.models import DTYPES
@@ -115,24 +115,35 @@ CAPTURE_OPTIONS: dict[str, CaptureOption] = {o.dest: o for o in (
     CaptureOption("--padding-side", "padding_side", "batch padding side (results agree to float rounding)",
                   choices=PADDING_SIDES),
     CaptureOption("--shard-rows", "shard_rows", "prompts per shard on disk, the unit an interrupted run resumes "
-                                                "from", type=int),
+                                                "from (an items capture's shard holds all its prompts' rows)",
+                  type=int),
+    CaptureOption("--positions", "positions", "boundary: one row per prompt; items: also the residual at every "
+                                              "item token, from the same forward pass (one row per prompt and "
+                                              "position, columns prompt_id, position, item_index, is_target, "
+                                              "running_count; prints its size on disk first)", choices=POSITIONS),
     CaptureOption("--answers", "answers", "also record the model's own greedy answer to every prompt (columns "
                                           "answer_text, answer, answer_logprob), decoded from the capture's own "
                                           "prompt pass: a few decode steps per prompt, not a second pass (so this "
-                                          "is a capture option, not a command over an existing capture); runs "
-                                          "the whole model, left-padded", switch=True),
+                                          "is a capture option, not a command over an existing capture), and "
+                                          "the answer as a distribution over the counts min..max of --counts "
+                                          "(answer_logprobs, answer_expected, answer_rank), every candidate "
+                                          "teacher-forced from the same pass; runs the whole model, left-padded",
+                  switch=True),
     CaptureOption("--answer-tokens", "answer_tokens", "most new tokens per answer (small chat models write a short "
                                                       "sentence first)", type=int),
     CaptureOption("--random-init", "random_init", "capture a model of the same architecture and tokenizer with "
                                                   "freshly initialised weights (a probe baseline; seeded by "
                                                   "--init-seed)", switch=True),
     CaptureOption("--init-seed", "init_seed", "seed of --random-init's weights", type=int),
+    CaptureOption("--no-cache", "no_cache", "convert a GGUF model afresh: neither read nor write the converted "
+                                            "tokenizer and float32 weights cached under $COUNTLENS_CACHE (default "
+                                            "$XDG_CACHE_HOME/countlens or ~/.cache/countlens)", switch=True),
 )}
 
-MODEL_OPTIONS = ("model", "gguf_file", "revision", "trust_remote_code")
+MODEL_OPTIONS = ("model", "gguf_file", "revision", "trust_remote_code", "no_cache")
 PROMPT_OPTIONS = (*MODEL_OPTIONS, "L", "counts", "per_count", "pairs", "configs", "seeds", "template")
 CAPTURE_COMMAND = (*PROMPT_OPTIONS, "locations", "batch_size", "backend", "device", "dtype", "acts_dtype",
-                   "padding_side", "shard_rows", "answers", "answer_tokens", "random_init", "init_seed")
+                   "padding_side", "shard_rows", "positions", "answers", "answer_tokens", "random_init", "init_seed")
 PAIRS_COMMAND = (*MODEL_OPTIONS, "configs", "template")
 PATCH_COMMAND = (*MODEL_OPTIONS, "L", "per_count", "pairs", "configs", "seeds", "template", "locations",
                  "batch_size", "answer_tokens", "device", "dtype")
@@ -218,6 +229,73 @@ def register(subparsers) -> None:
     pa.add_argument("--candidates", default=",".join("/".join(p) for p in CANDIDATE_PAIRS),
                     help="target/distractor pairs to try")
     pa.set_defaults(func=cmd_pairs)
+    _register_heads(sub)
+
+
+HEADS_COMMAND = (*MODEL_OPTIONS, "L", "counts", "per_count", "pairs", "configs", "seeds", "template", "batch_size",
+                 "device", "dtype")
+HEADS_DESCRIPTION = """\
+Figure 12: the heads that read the items. Per block and head, the attention mass from the boundary and from
+the last item to the target items, the distractor items and everything else (mean and spread over the
+prompts; the model's own eager attention weights) and the target excess (the targets' share of the head's item
+attention minus their share of the items). Head ablation replaces a head's output at the boundary (its slice of
+the attention output projection's input) by its mean over the prompts' boundaries and scores
+LD = log p("n") - log p("n - 1") (each answer teacher-forced over all its tokens) against the prompt's twin
+with one target turned into the distractor: normalised_ld = (LD_ablated - LD_twin) / (LD_clean - LD_twin) is 1
+where the ablation changes nothing and 0 where it changes as much as removing a target; with --probes, also
+the shift of the probe's read-out. Architectures whose attention output projection the hook-site registry
+does not know are refused before the weights load. Writes heads.json, heads.csv, heads_prompts.csv and
+fig12_heads.png/.pdf.
+"""
+
+
+def _register_heads(sub) -> None:
+    from countlens.llm.experiments.heads import HeadsConfig
+    from countlens.llm.experiments.positions import FLIPS
+
+    hd = HeadsConfig()
+    he = sub.add_parser("heads", help="Figure 12: attention mass of every head to the items, and head ablation",
+                        description=HEADS_DESCRIPTION, formatter_class=HelpFormatter)
+    add_capture_options(he, HEADS_COMMAND, hd, helps={
+        "counts": "counts n of the prompts (ablation needs n >= 1): a range 1:12, a list 1,2,3 or both",
+        "batch_size": "prompts per forward pass (an ablation step runs all heads of a block for them)"})
+    he.add_argument("--layers", default=None, help="blocks whose heads are ablated: 0-based indices, -1, ranges "
+                                                   "like 0:5, or all (default: all)")
+    he.add_argument("--ablate-prompts", dest="ablate_prompts", type=int, default=hd.ablate_prompts,
+                    help="most prompts ablated, spread over the prompt set (0: attention masses only)")
+    he.add_argument("--flip", choices=FLIPS, default=hd.flip,
+                    help="which target the twin turns into the distractor")
+    he.add_argument("--probes", default=None, help="probes.json fitted on a capture of the same model: its "
+                                                   "read-out is scored too (default: none)")
+    he.add_argument("--location", default=None, help="the probe location to read (default: the probes' best)")
+    he.add_argument("--out", required=True, help="output folder")
+    he.add_argument("--quiet", action="store_true", help="no model-loading messages")
+    he.set_defaults(func=cmd_heads)
+
+
+def cmd_heads(args) -> int:
+    from countlens.llm.experiments.heads import HeadsConfig, run_heads
+    from countlens.llm.figures_heads import draw_heads
+    from countlens.llm.models import quiet_transformers
+
+    quiet_transformers()
+    config = HeadsConfig().with_options(**capture_options(args, HEADS_COMMAND), layers=args.layers,
+                                        ablate_prompts=args.ablate_prompts, flip=args.flip, probes=args.probes,
+                                        location=args.location).validate()
+    result = run_heads(config, progress=not args.quiet)
+    result.save(args.out)
+    draw_heads(result, args.out)
+    looked = result.heads[result.ranked("boundary_target_excess_mean", 1)[0]] if result.ranked(
+        "boundary_target_excess_mean", 1) else None
+    text = (f"; from the boundary, L{looked['layer']}H{looked['head']} prefers the targets most (excess "
+            f"{looked['boundary_target_excess_mean']:.3f})" if looked else "")
+    top = result.ranked("effect_mean", 1) or result.ranked("ld_change_mean", 1, sign=-1.0)
+    if result.layers and top:
+        h = result.heads[top[0]]
+        text += f"; ablating L{h['layer']}H{h['head']} moves the answer most"
+    print(f"heads: {result.n_layers} blocks x {result.n_heads} heads on {len(result.prompts)} prompts, "
+          f"{sum(p['ablated'] for p in result.prompts)} ablated in {len(result.layers)} blocks{text} -> {args.out}")
+    return 0
 
 
 def cmd_capture(args) -> int:
@@ -227,13 +305,14 @@ def cmd_capture(args) -> int:
     quiet_transformers()
     config = CaptureConfig().with_options(**capture_options(args, CAPTURE_COMMAND)).validate()
     if args.ray is None:
-        result = run_capture(config, args.out, progress=not args.quiet)
+        result = run_capture(config, args.out, progress=not args.quiet, notify=print)
     else:
         from countlens.llm.distributed import run_capture_on_ray
 
-        result = run_capture_on_ray(config, args.out, args.ray, progress=not args.quiet)
+        result = run_capture_on_ray(config, args.out, args.ray, progress=not args.quiet, notify=print)
     meta = result.meta
-    print(f"captured {meta['n_prompts']} prompts x {len(meta['locations'])} locations x {meta['d']} dims "
+    rows = f" ({result.n_rows} rows: every item and the boundary)" if meta.get("positions") == "items" else ""
+    print(f"captured {meta['n_prompts']} prompts{rows} x {len(meta['locations'])} locations x {meta['d']} dims "
           f"-> {result.folder}")
     return 0
 
@@ -277,47 +356,101 @@ def cmd_pairs(args) -> int:
 
 
 PATCH_DESCRIPTION = """\
-Figure 9a: boundary activation patching. For prompt pairs that differ only in count (same seed, wording,
-token pair and draw), the target prompt's boundary vector at location l is replaced by the source prompt's,
-the forward continues, and the model's greedy answer is recorded: per location, the fraction of answers that
-move to the source count, the mean shift of the parsed answer and the change of the correct answer's
-log-probability. Only the boundary position is patched, so later blocks can still re-read the items: the
-curve shows where the count is committed. Writes patching.json, patching.csv and fig9a_patching.png/.pdf.
+Figure 9a (--positions boundary, the default): boundary activation patching. For prompt pairs that differ
+only in count (same seed, wording, token pair and draw), the target prompt's boundary vector at location l is
+replaced by the source prompt's, the forward continues, and the model's greedy answer is recorded: per
+location, the fraction of answers that move to the source count, the mean shift of the parsed answer and the
+change of the correct answer's log-probability; and, with every candidate answer teacher-forced (all its
+tokens, no end-of-turn token), normalised_ld = (LD_patched - LD_target) / (LD_source - LD_target) with
+LD = log p("n_s") - log p("n_t"), and the shift of the expected count sum_k k p(k). Only the boundary position
+is patched, so later blocks can still re-read the items: the curve shows where the count is committed. Writes
+patching.json, patching.csv and fig9a_patching.png/.pdf.
+
+Figure 11 (--positions all or items): patching over positions and layers. Each clean prompt (--counts, n >= 1
+targets) has a corrupted twin with one target (--flip first|middle|last) turned into the distractor (n - 1
+targets, the same tokens elsewhere); the clean residual at (location l, position p) replaces the corrupted
+run's, for every location and every position from the first item to the boundary (all) or the items and the
+boundary (items), scored by normalised_ld = (LD_patched - LD_corrupt) / (LD_clean - LD_corrupt) with
+LD = log p("n") - log p("n - 1"). Pairs whose clean and corrupted LD differ by less than --min-gap nats are
+listed, not normalised. Writes position_patching.json, position_patching.csv and
+fig11_position_patching.png/.pdf.
 """
 
 STEER_DESCRIPTION = """\
-Figure 9b: steering along the probe. Adds delta * w / |w|^2 at the boundary at the probe's location (w: the
-validation-selected ridge probe of --probes, fitted on the capture --acts, in native coordinates, so the
-probe's read-out moves by exactly delta), for a grid of delta, on the capture's own prompts with its own
-model; a random direction of the same norm is the control. Writes steering.json, steering.csv and
-fig9b_steering.png/.pdf.
+Figure 9b: steering at the boundary. Adds a step at the boundary at one location (default: the best location
+of --probes) along each --direction, and along a random direction of the same norm (the control), for a grid
+of delta, on the capture's own prompts with its own model; records the greedy answer, the expected count over
+the capture's count range and log p(n + delta) (every candidate answer teacher-forced), and the step's share
+of the boundary vector's norm.
+  --units readout (the default, the probe's read-out units): delta * w / |w|^2 along the validation-selected
+    ridge probe w of --probes (fitted on --acts, native coordinates): the probe reads exactly delta more. Where
+    |w| is large (SmolLM2-135M: ~2,900 after block 1) these steps are tiny.
+  --units count: every direction u (probe, mean-diff, random) scaled to delta * |v| * u / |u|, v the
+    mean-difference direction (the least-squares slope of the capture's count centroids on n): a step of
+    delta moves the vector as far as delta more items do on average.
+Writes steering.json, steering.csv and fig9b_steering.png/.pdf.
 """
 
 
 def _register_behaviour(sub) -> None:
     from countlens.llm.experiments.patching import PatchingConfig
-    from countlens.llm.experiments.steering import SteeringConfig
+    from countlens.llm.experiments.positions import FLIPS, POSITION_SETS, PositionPatchingConfig
+    from countlens.llm.experiments.steering import UNITS, SteeringConfig
+    from countlens.llm.patching import PATCH_METHODS
 
-    pd, sd = PatchingConfig(), SteeringConfig()
-    pa = sub.add_parser("patch", help="Figure 9a: patch the boundary vector of one count into another's prompt",
+    pd, sd, xd = PatchingConfig(), SteeringConfig(), PositionPatchingConfig()
+    pa = sub.add_parser("patch", help="Figures 9a and 11: patch the boundary vector of one count into another's "
+                                      "prompt, or every position and layer of a prompt into its corrupted twin",
                         description=PATCH_DESCRIPTION, formatter_class=HelpFormatter)
     add_capture_options(pa, PATCH_COMMAND, pd, helps={
-        "per_count": "prompt pairs per (count pair, token pair, configuration, seed)",
-        "locations": "locations to patch: indices, ranges like 0:6, names, or all"})
+        "per_count": "prompt pairs per (count pair, token pair, configuration, seed); with --positions all: "
+                     "clean prompts per count",
+        "locations": "locations to patch: indices, ranges like 0:6, names, or all",
+        "answer_tokens": "most new tokens per greedy answer (--positions boundary)"})
     pa.add_argument("--out", required=True, help="output folder")
-    pa.add_argument("--sources", default=_ints_text(pd.sources), help="source counts n_s, one per target")
-    pa.add_argument("--targets", default=_ints_text(pd.targets), help="target counts n_t (the prompts that are patched)")
+    pa.add_argument("--positions", dest="positions", choices=("boundary", *POSITION_SETS), default="boundary",
+                    help="boundary: Figure 9a, the boundary vector of a source prompt patched into a target prompt; "
+                         "all: Figure 11, every position from the first item to the boundary patched into the "
+                         "corrupted twin; items: the items and the boundary only")
+    pa.add_argument("--sources", default=None, help=f"source counts n_s, one per target (--positions boundary; "
+                                                    f"default: {_ints_text(pd.sources)})")
+    pa.add_argument("--targets", default=None, help=f"target counts n_t, the prompts that are patched (--positions "
+                                                    f"boundary; default: {_ints_text(pd.targets)})")
+    pa.add_argument("--counts", dest="counts", default=None,
+                    help=f"counts n >= 1 of the clean prompts (--positions all|items): a range 1:6, a list 3,6 or "
+                         f"both (default: {_ints_text(xd.prompts.counts)})")
+    pa.add_argument("--flip", dest="flip", choices=FLIPS, default=None,
+                    help=f"which target the corrupted twin turns into the distractor (--positions all|items; "
+                         f"default: {xd.flip})")
+    pa.add_argument("--location-step", dest="location_step", type=int, default=None,
+                    help="patch every k-th of --locations, the last always (--positions all|items; default: "
+                         f"{xd.location_step})")
+    pa.add_argument("--method", dest="method", choices=PATCH_METHODS, default=None,
+                    help="cached: reuse the corrupted run's key/value cache and residuals (fast); naive: one whole "
+                         f"forward per position and location (the reference; same scores) (default: {xd.method})")
+    pa.add_argument("--min-gap", dest="min_gap", type=float, default=None,
+                    help="pairs whose two unpatched logit differences differ by less than this many nats are listed, "
+                         f"not normalised (default: {pd.min_gap:g})")
     pa.add_argument("--quiet", action="store_true", help="no model-loading messages")
     pa.set_defaults(func=cmd_patch)
 
     st = sub.add_parser("steer", help="Figure 9b: steer the boundary vector along the probe, with a random control",
                         description=STEER_DESCRIPTION, formatter_class=HelpFormatter)
-    st.add_argument("--acts", required=True, help="the capture folder the probes were fitted on")
-    st.add_argument("--probes", required=True, help="probes.json written by `countlens probe --acts` on that capture")
+    st.add_argument("--acts", required=True, help="the capture to steer: its model and prompts, the capture the "
+                                                  "probes were fitted on and, in count units, the one v is fitted on")
+    st.add_argument("--probes", default=sd.probes, help="probes.json written by `countlens probe --acts` on that "
+                                                        "capture (needed by --direction probe)")
     st.add_argument("--out", required=True, help="output folder")
-    st.add_argument("--location", default=None, help="the probe location to steer at (default: the probes' best)")
+    st.add_argument("--location", default=None, help="the location to steer at: a name or index of the capture's "
+                                                     "locations (default: the probes' best)")
+    st.add_argument("--direction", dest="directions", default=",".join(sd.directions),
+                    help="directions to steer along, comma-separated: probe (the ridge probe), mean-diff (the "
+                         "slope of the count centroids on n; needs --units count); a random control is always added")
+    st.add_argument("--units", choices=UNITS, default=sd.units,
+                    help="readout: delta * w / |w|^2 (the probe reads delta more); count: delta * |v| along each "
+                         "direction (as far as delta more items)")
     st.add_argument("--deltas", default=",".join(f"{d:g}" for d in sd.deltas),
-                    help="steps delta of the probe's read-out, finite numbers")
+                    help="steps delta, finite numbers, in --units")
     st.add_argument("--counts", default=_ints_text(sd.counts), help="counts of the prompts to steer")
     st.add_argument("--max-prompts", dest="max_prompts", type=int, default=sd.max_prompts,
                     help="most prompts steered (spread over --counts)")
@@ -325,24 +458,69 @@ def _register_behaviour(sub) -> None:
     add_capture_options(st, STEER_COMMAND, sd)
     st.add_argument("--quiet", action="store_true", help="no model-loading messages")
     st.set_defaults(func=cmd_steer)
+    _register_lens(sub)
+
+
+def _given(args, *names: str) -> list[str]:
+    return [name for name in names if getattr(args, name, None) is not None]
 
 
 def cmd_patch(args) -> int:
-    from countlens.llm.experiments.patching import PatchingConfig, run_patching
-    from countlens.llm.figures import draw_patching
     from countlens.llm.models import quiet_transformers
 
     quiet_transformers()
-    config = PatchingConfig().with_options(**capture_options(args, PATCH_COMMAND),
-                                           sources=parse_int_list(args.sources, "--sources"),
-                                           targets=parse_int_list(args.targets, "--targets")).validate()
+    if args.positions != "boundary":
+        return _patch_positions(args)
+    from countlens.llm.experiments.patching import PatchingConfig, run_patching
+    from countlens.llm.figures import draw_patching
+
+    wrong = _given(args, "counts", "flip", "method", "location_step")
+    if wrong:
+        raise ConfigError(wrong[0], f"{{{wrong[0]}}} is for {{positions:all}} (Figure 11); boundary patching "
+                                    "takes {sources} and {targets}", also=("positions", "sources", "targets"))
+    defaults = PatchingConfig()
+    config = PatchingConfig().with_options(
+        **capture_options(args, PATCH_COMMAND), **({"min_gap": args.min_gap} if args.min_gap is not None else {}),
+        sources=parse_int_list(args.sources, "--sources") if args.sources is not None else defaults.sources,
+        targets=parse_int_list(args.targets, "--targets") if args.targets is not None else defaults.targets
+    ).validate()
     result = run_patching(config, progress=not args.quiet)
     result.save(args.out)
     draw_patching(result, args.out)
     best = max(result.locations, key=lambda loc: loc["moved_to_source"])
+    scored = [loc for loc in result.locations if loc["normalised_ld"] is not None]
+    moved = max(scored, key=lambda loc: loc["normalised_ld"]) if scored else None
+    text = (f"; the logit difference moves most to the source at {moved['label']} (normalised "
+            f"{moved['normalised_ld']:.2f})" if moved else "; no pair's logit differences could be normalised")
     print(f"patched {len(result.rows)} prompts at {len(result.locations)} locations; clean accuracy "
           f"{result.clean_accuracy:.2f}; most answers moved to the source at {best['label']} "
-          f"({best['moved_to_source']:.2f}) -> {args.out}")
+          f"({best['moved_to_source']:.2f}){text} -> {args.out}")
+    return 0
+
+
+def _patch_positions(args) -> int:
+    from countlens.llm.experiments.positions import PositionPatchingConfig, run_position_patching
+    from countlens.llm.figures_patching import draw_position_patching
+
+    wrong = _given(args, "sources", "targets")
+    if wrong:
+        raise ConfigError(wrong[0], f"{{{wrong[0]}}} is for {{positions:boundary}} (Figure 9a); patching over "
+                                    "positions takes {counts}", also=("positions", "counts"))
+    names = [n for n in PATCH_COMMAND if n != "answer_tokens"]
+    values = {n: getattr(args, n) for n in ("flip", "method", "min_gap", "location_step")
+              if getattr(args, n) is not None}
+    if args.counts is not None:
+        values["counts"] = parse_counts(args.counts)
+    config = PositionPatchingConfig().with_options(**capture_options(args, names), positions=args.positions,
+                                                   **values).validate()
+    result = run_position_patching(config, progress=not args.quiet)
+    result.save(args.out)
+    draw_position_patching(result, args.out)
+    half = result.boundary_half
+    text = f"; the boundary first carries half the flipped item's effect {half['label']}" if half else ""
+    print(f"patched {len(result.pairs)} prompt pairs at {len(result.locations)} locations x their positions "
+          f"({result.cells} cells, {result.runs} patched runs); {result.n_unnormalised} pairs too close to "
+          f"normalise{text} -> {args.out}")
     return 0
 
 
@@ -354,12 +532,82 @@ def cmd_steer(args) -> int:
     quiet_transformers()
     config = SteeringConfig(acts=args.acts, probes=args.probes, location=args.location,
                             deltas=parse_float_list(args.deltas, "--deltas"), counts=parse_counts(args.counts),
-                            max_prompts=args.max_prompts, seed=args.seed)
+                            max_prompts=args.max_prompts, seed=args.seed, directions=_names(args.directions, ""),
+                            units=args.units)
     config = config.with_options(**capture_options(args, STEER_COMMAND)).validate()
     result = run_steering(config, progress=not args.quiet)
     result.save(args.out)
     draw_steering(result, args.out)
-    probe = result.curves["probe"]
-    print(f"steered {len(probe) and len(result.rows) // (2 * len(probe))} prompts along the probe at "
-          f"{result.location} for {len(probe)} steps -> {args.out}")
+    steps = len(config.deltas)
+    along = ", ".join(d for d in result.curves if d != "random")
+    widest = max((c["mean_relative_norm"] or 0.0) for curve in result.curves.values() for c in curve)
+    print(f"steered {len(result.rows) // (len(result.curves) * steps)} prompts along {along} (and a random "
+          f"control) at {result.location} for {steps} steps in {result.units} units; the largest step is "
+          f"{widest:.3g} of the boundary vector's norm -> {args.out}")
+    return 0
+
+
+LENS_DESCRIPTION = """\
+Figure 13: lenses at the boundary. Every location's boundary vector of the capture --acts is read as if it were
+the last block's output: through the model's own final norm and unembedding (the logit lens; at the last
+location it is the model's own next-token distribution), and through a tuned lens, an affine map to the last
+location fitted by ridge on the training prompts (the probes' split rule), alpha chosen on the validation prompts
+by the KL from the model's own answer-start distribution. Scored on the test prompts: the correct count's
+first-token log-probability and its rank among the candidates' first tokens, and the expected count over the
+single-token candidates. Also the angle between the count directions (the ridge probes of --probes, and the
+mean-difference direction: the slope of the count centroids on n) and the number tokens' unembedding rows, raw
+and through the final norm, against random directions. No prompt is run: the model is loaded for its head.
+Writes lens.json, lens.csv, angles.csv and fig13_lens.png/.pdf.
+"""
+
+
+def _register_lens(sub) -> None:
+    from countlens.llm.experiments.lens import LensConfig
+
+    ld = LensConfig()
+    le = sub.add_parser("lens", help="Figure 13: logit and tuned lenses at the boundary, count directions vs the "
+                                     "unembedding", description=LENS_DESCRIPTION, formatter_class=HelpFormatter)
+    le.add_argument("--acts", required=True, help="a capture folder made by `countlens llm capture` (its model is "
+                                                  "recorded) with the last location")
+    le.add_argument("--probes", default=None, help="probes.json fitted on that capture: its probes are compared "
+                                                   "with the unembedding too (default: none)")
+    le.add_argument("--out", required=True, help="output folder")
+    le.add_argument("--locations", default=None, help="the capture's locations to read: names, indices, ranges "
+                                                      "like 0:6, or all (default: all)")
+    le.add_argument("--counts", default=None, help="candidate answers: a range 0:9, a list or both (default: the "
+                                                   "capture's count range)")
+    le.add_argument("--alphas", default=",".join(f"{a:g}" for a in ld.alphas),
+                    help="the tuned lens's relative ridge penalties (multiples of the mean eigenvalue of the "
+                         "standardised design), comma-separated")
+    le.add_argument("--seed", type=int, default=ld.seed, help="split seed")
+    le.add_argument("--split", dest="fractions", default=",".join(f"{f:g}" for f in ld.fractions),
+                    help="train,validation,test fractions")
+    le.add_argument("--baseline-directions", dest="baseline_directions", type=int, default=ld.baseline_directions,
+                    help="random directions of the angle baseline")
+    le.add_argument("--threads", type=int, default=ld.threads, help="torch and BLAS threads (extra threads mostly "
+                                                                   "spin on these small matrices)")
+    add_capture_options(le, ("device",), ld)
+    le.add_argument("--quiet", action="store_true", help="no model-loading messages")
+    le.set_defaults(func=cmd_lens)
+
+
+def cmd_lens(args) -> int:
+    from countlens.llm.experiments.lens import LensConfig, run_lens
+    from countlens.llm.figures_lens import draw_lens
+    from countlens.llm.models import quiet_transformers
+
+    quiet_transformers()
+    config = LensConfig(acts=args.acts, probes=args.probes, locations=args.locations,
+                        counts=None if args.counts is None else parse_counts(args.counts),
+                        alphas=parse_float_list(args.alphas, "--alphas"), seed=args.seed,
+                        fractions=parse_float_list(args.fractions, "--split"),
+                        baseline_directions=args.baseline_directions, device=args.device,
+                        threads=args.threads).validate()
+    result = run_lens(config, progress=not args.quiet)
+    result.save(args.out)
+    draw_lens(result, args.out)
+    tuned = max(result.locations, key=lambda loc: -1e9 if loc["tuned"]["logprob"] is None else loc["tuned"]["logprob"])
+    print(f"lenses at {len(result.locations)} locations on {result.split['n_test']} test prompts; the tuned lens "
+          f"reads the correct first token best at {tuned['label']} (log p {tuned['tuned']['logprob']:.3f}; the "
+          f"model's own {result.model_readout['logprob']:.3f}) -> {args.out}")
     return 0

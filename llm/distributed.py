@@ -35,6 +35,7 @@ from countlens.llm.experiments.capture import (
     CaptureResult,
     capture_is_whole,
     capture_runner,
+    check_disk,
     plan_capture,
 )
 
@@ -123,6 +124,7 @@ class CaptureActor:
         started = time.perf_counter()
         quiet_transformers()
         plan = plan_capture(CaptureConfig.from_dict(config), progress=False)  # resolved on this worker's node
+        self.shard_start = plan.shard_start
         self.loaded, self.runner = capture_runner(plan, progress=False)
         self.load_seconds = time.perf_counter() - started
         self.writer: ActivationWriter | None = None
@@ -138,7 +140,7 @@ class CaptureActor:
         if self.writer is None or self.writer.dir != Path(out_dir):
             self.writer = ActivationWriter(out_dir, meta)
         started = time.perf_counter()
-        rows = capture_shard(self.runner, shard)
+        rows = capture_shard(self.runner, shard, first_id=self.shard_start(index))
         computed = time.perf_counter()
         self.writer.write_shard(index, rows)
         return {"shard": index, "rows": len(shard), "pid": os.getpid(), "compute_s": computed - started,
@@ -225,11 +227,13 @@ def schedule_shards(ray, actors: list, out_dir: Path, meta: dict[str, Any], shar
 
 
 def run_capture_on_ray(config: CaptureConfig, out: str | Path, target: str = "auto", *,
-                       progress: bool = True) -> RayCaptureResult:
+                       progress: bool = True, notify: Callable[[str], Any] | None = None) -> RayCaptureResult:
     """:func:`~countlens.llm.experiments.capture.run_capture` with the shards spread over the Ray cluster
-    ``target``; the same folder, rows and resume rules.
+    ``target``; the same folder, rows and resume rules (an items capture's shards too: each holds its
+    prompts' rows, their ``prompt_id`` the plan's).
 
-    Raises :class:`UsageError` for everything ``run_capture`` refuses, for a missing Ray, an unreachable
+    Raises :class:`UsageError` for everything ``run_capture`` refuses (a capture the disk cannot hold
+    included; ``notify(line)`` is told an items capture's expected size), for a missing Ray, an unreachable
     cluster, or a capture folder some node cannot see; all before any model loads.
     """
     plan = plan_capture(config, progress)
@@ -240,6 +244,9 @@ def run_capture_on_ray(config: CaptureConfig, out: str | Path, target: str = "au
     shards = plan.shards()
     done = ActivationWriter(out, old).finished_shards() & set(range(len(shards))) if old is not None else set()
     todo = {s: shard for s, shard in enumerate(shards) if s not in done}
+    free = check_disk(plan, out, done)
+    if notify is not None and config.positions != "boundary":
+        notify(plan.size_text(free))
     created = not out.exists()
     started = time.perf_counter()
     records: list[dict[str, Any]] = []
@@ -259,7 +266,7 @@ def run_capture_on_ray(config: CaptureConfig, out: str | Path, target: str = "au
     if missing:
         raise UsageError(f"shard(s) {', '.join(map(str, missing))} of {out} did not read back after capture; "
                          "rerun the same command to recompute them")
-    writer.finish({"n_rows": len(plan.prompts), "capture_seconds": round(time.perf_counter() - started, 3)})
+    writer.finish({"n_rows": plan.rows(), "capture_seconds": round(time.perf_counter() - started, 3)})
     if not capture_is_whole(out):
         write_json_atomic(out / "meta.json", {**writer.meta, "complete": False})
         raise UsageError(f"{out} does not read back whole after capture; rerun the same command to resume")

@@ -24,48 +24,86 @@ def _values(rows, key) -> np.ndarray:
     return np.array([np.nan if r[key] is None else r[key] for r in rows], dtype=np.float64)
 
 
+def _got(rows, key) -> np.ndarray:
+    """Like :func:`_values`, NaN where a row lacks ``key`` (a result written before the key existed)."""
+    return np.array([np.nan if r.get(key) is None else r[key] for r in rows], dtype=np.float64)
+
+
 def plot_patching(result: PatchingResult):
-    """Figure 9a: per location, the fraction of patched answers that move to the source count and the mean
-    relative shift (left), and the change of the correct answer's log-probability (right)."""
+    """Figure 9a: per location, the movement toward the source count on a common scale (0 = the target's
+    answer, 1 = the source's; left): the fraction of greedy answers equal to the source count, the mean greedy
+    shift and the mean expected-count shift over ``n_s − n_t``, and the normalised logit difference; and the
+    changes of log p(correct answer) and log p(source count) in nats (right)."""
     locs = result.locations
     idx = np.array([loc["index"] for loc in locs])
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9.6, 3.6))
-    left.plot(idx, _values(locs, "moved_to_source"), marker="o", ms=3, label="answer = source count")
-    left.plot(idx, _values(locs, "mean_relative_shift"), marker="s", ms=3,
-              label="mean shift / (n_s − n_t)")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10.4, 3.8))
+    for key, label, marker in (("moved_to_source", "greedy answer = source count", "o"),
+                               ("mean_relative_shift", "greedy shift / (n_s − n_t)", "s"),
+                               ("expected_relative_shift", "expected-count shift / (n_s − n_t)", "^"),
+                               ("normalised_ld", "normalised LD, log p(n_s) − log p(n_t)", "D")):
+        values = _got(locs, key)
+        if np.isfinite(values).any():
+            left.plot(idx, values, marker=marker, ms=3, label=label)
     left.axhline(0, color="grey", lw=0.8)
-    left.set_ylabel("fraction / relative shift")
+    left.axhline(1, color="grey", lw=0.6, ls=":")
+    left.set_ylabel("toward the source (0 = target, 1 = source)")
     left.legend(fontsize=7)
-    right.plot(idx, _values(locs, "logprob_change"), marker="o", ms=3, color="C3")
+    right.plot(idx, _got(locs, "logprob_change"), marker="o", ms=3, color="C3", label="log p(correct = n_t)")
+    source = _got(locs, "logp_source_change")
+    if np.isfinite(source).any():
+        right.plot(idx, source, marker="s", ms=3, color="C2", label="log p(source count n_s)")
     right.axhline(0, color="grey", lw=0.8)
-    right.set_ylabel("Δ log p(correct answer) [nats]")
+    right.set_ylabel("change after patching [nats]")
+    right.legend(fontsize=7)
     for ax in (left, right):
         ax.set_xlabel("patched location (0 = embeddings, ℓ = after block ℓ)")
         ax.grid(alpha=0.3)
     n_pairs = len(result.rows) // max(1, len(locs))
-    fig.suptitle(f"Boundary activation patching, {n_pairs} prompt pairs (clean accuracy "
+    skipped = f"; {result.n_unnormalised} too close to normalise" if result.n_unnormalised else ""
+    fig.suptitle(f"Boundary activation patching, {n_pairs} prompt pairs{skipped} (clean accuracy "
                  f"{result.clean_accuracy:.2f})", fontsize=10)
     fig.text(0.5, 0.01, PATCHING_CAPTION, ha="center", fontsize=7, wrap=True)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     return fig
 
 
+STEERING_STYLES = {"probe": dict(marker="o", color="C0"), "mean-diff": dict(marker="^", color="C1"),
+                   "random": dict(marker="s", color="grey")}
+
+
+def steering_units_label(result: SteeringResult) -> str:
+    """The x-axis label of Figure 9b: which units Δ is in, and how long a unit step is."""
+    per = result.step_per_unit
+    if result.units == "count":
+        return f"Δ (count units: ‖step‖ = Δ·‖v‖, ‖v‖ = {per:.3g})" if per else "Δ (count units)"
+    return f"Δ (probe read-out units: step Δ·w/‖w‖², ‖w‖ = {result.probe_norm:.3g})"
+
+
 def plot_steering(result: SteeringResult):
-    """Figure 9b: the model's mean answer shift against the step Δ along the probe (the probe's read-out moves
-    by exactly Δ, dashed), and along a random direction of the same norm (the control)."""
-    fig, ax = plt.subplots(figsize=(5.6, 4.0))
-    for name, style in (("probe", dict(marker="o", color="C0")), ("random", dict(marker="s", color="grey"))):
-        curve = result.curves.get(name) or []
-        ax.plot(_values(curve, "delta"), _values(curve, "mean_shift"), ms=4, label=f"{name} direction", **style)
-    deltas = _values(result.curves.get("probe") or [], "delta")
-    if deltas.size:
-        ax.plot(deltas, deltas, ls="--", color="black", lw=0.8, label="probe read-out (= Δ)")
-    ax.axhline(0, color="grey", lw=0.6)
-    ax.set_xlabel("Δ (probe read-out shift)")
-    ax.set_ylabel("mean shift of the model's answer")
-    ax.set_title(f"Steering at {result.location} (‖w‖ = {result.probe_norm:.3g})", fontsize=9)
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
+    """Figure 9b: against the step Δ, for each direction (the probe, the mean-difference direction, the random
+    control of the same norm), the mean shift of the model's greedy answer (left), of its expected count
+    Σ k p(k) (middle) and of log p("n + Δ") (right). The dashed line is Δ itself: what the probe reads
+    (read-out units) or Δ more items (count units)."""
+    fig, axes = plt.subplots(1, 3, figsize=(12.0, 3.8))
+    panels = (("mean_shift", "mean shift of the greedy answer"), ("mean_expected_shift", "mean shift of Σ k p(k)"),
+              ("mean_logp_target_shift", "mean shift of log p(n + Δ) [nats]"))
+    for ax, (key, label) in zip(axes, panels, strict=True):
+        for name, curve in result.curves.items():
+            if curve and key in curve[0]:
+                ax.plot(_values(curve, "delta"), _values(curve, key), ms=4, label=f"{name} direction",
+                        **STEERING_STYLES.get(name, {}))
+        if key != "mean_logp_target_shift":
+            deltas = _values(next(iter(result.curves.values()), []), "delta")
+            ax.plot(deltas, deltas, ls="--", color="black", lw=0.8,
+                    label="Δ more items" if result.units == "count" else "probe read-out (= Δ)")
+        ax.axhline(0, color="grey", lw=0.6)
+        ax.set_xlabel(steering_units_label(result), fontsize=8)
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    widest = max((c.get("mean_relative_norm") or 0.0 for curve in result.curves.values() for c in curve), default=0.0)
+    fig.suptitle(f"Steering at {result.location}: the largest step is {widest:.3g} of the boundary vector's norm",
+                 fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -82,29 +120,63 @@ def draw_steering(result: SteeringResult, folder: str | Path) -> list[Path]:
 
 # ----------------------------------------------------------------------- report views
 
+PATCHING_COLUMNS = (("moved_to_source", "answers moved to the source"), ("mean_shift", "mean answer shift"),
+                    ("mean_relative_shift", "shift / (source − target)"),
+                    ("logprob_change", "change of log p(correct), nats"),
+                    ("normalised_ld", "normalised logit difference"),
+                    ("expected_shift", "expected count shift"),
+                    ("expected_relative_shift", "expected shift / (source − target)"),
+                    ("logp_source_change", "change of log p(source count), nats"), ("parsed", "answers parsed"))
+
+
 def patching_view(page: Page, s: Section) -> None:
     """Figure 9a's caption and per-location table; ``s.result`` is the :class:`PatchingResult`."""
     result: PatchingResult = s.result
     rel = s.rel
     rows = [[location_cell(page, rel, "locations", i)]
-            + [page.v_or_dash(rel, "locations", i, k) for k in ("moved_to_source", "mean_shift", "mean_relative_shift",
-                                                              "logprob_change", "parsed")]
+            + [page.v_or_dash(rel, "locations", i, k) for k, _ in PATCHING_COLUMNS]
             for i in range(len(result.locations))]
+    scored = page.has(rel, "clean_expected") and result.clean_expected is not None
+    scores = (
+        " Beside the greedy answer, which a weak model leaves unchanged, every candidate count is teacher-forced "
+        "(all its answer tokens): the normalised logit difference between the source and the target count is "
+        "zero for the target's own run and one for the source's, and the expected count is the mean of the "
+        "candidates under the model's distribution over them (on the targets, before patching: "
+        f"{page.v(rel, 'clean_expected')}). Pairs whose two logit differences are too close to normalise: "
+        f"{page.v(rel, 'n_unnormalised')}." if scored else "")
     page.caption(
         "Each target prompt's boundary vector at one location is replaced by that of a prompt differing only in "
         "count (same seed, wording and token pair), and the forward continues. Only the boundary position is "
         "patched, so later blocks can still re-read the items: where answers follow the source is where the "
-        f"count is committed. The model's clean accuracy on the targets: {page.v(rel, 'clean_accuracy')}.")
+        f"count is committed. The model's clean accuracy on the targets: {page.v(rel, 'clean_accuracy')}." + scores)
     page.add("<details><summary>Per location</summary>" + table(
-        ["location", "answers moved to the source", "mean answer shift", "shift / (source − target)",
-         "change of log p(correct), nats", "answers parsed"], rows) + "</details>")
+        ["location", *(label for _, label in PATCHING_COLUMNS)], rows) + "</details>")
 
 
 def steering_view(page: Page, s: Section) -> None:
-    """Figure 9b's caption; ``s.result`` is the :class:`SteeringResult` (its values are shown from its JSON)."""
+    """Figure 9b's caption and per-step table; ``s.result`` is the :class:`SteeringResult` (its values are
+    shown from its JSON)."""
+    result: SteeringResult = s.result
     rel = s.rel
+    if result.units == "count":
+        units = ("In count units, every direction is scaled so that a step of Δ is Δ·‖v‖ long, v the "
+                 "mean-difference direction (the least-squares slope of the count centroids on n, norm "
+                 f"{page.v(rel, 'mean_diff_norm')}): as far as Δ more items move the boundary vector on average.")
+    else:
+        units = ("In the probe's read-out units, the step is Δ·w/‖w‖² along the validation-selected ridge probe w "
+                 f"(native norm {page.v(rel, 'probe_norm')}), so the probe's read-out moves by exactly Δ; where "
+                 "‖w‖ is large these steps are tiny (see the step's share of the boundary vector's norm below).")
     page.caption(
-        f"At {page.v(rel, 'location')}, Δ·w/‖w‖² along the validation-selected ridge probe "
-        f"w (native norm {page.v(rel, 'probe_norm')}) is added to the boundary vector, so the probe's read-out "
-        "moves by exactly Δ; the grey line is a random direction of the same norm. The curve is the model's mean "
-        f"answer shift; its clean accuracy on these prompts: {page.v(rel, 'clean_accuracy')}.")
+        f"At {page.v(rel, 'location')}, a step is added to the boundary vector and the forward continues. {units} "
+        "The grey line is a random direction of the same norm. Each panel is a mean over the steered prompts: the "
+        "shift of the greedy answer, of the expected count Σ k p(k) over the candidate counts (all answer tokens "
+        "teacher-forced) and of log p(n + Δ). The model's clean accuracy on these prompts: "
+        f"{page.v(rel, 'clean_accuracy')}; its mean expected count: {page.v_or_dash(rel, 'clean_expected')}.")
+    keys = ("mean_shift", "mean_expected_shift", "mean_logp_target_shift", "mean_relative_norm", "readout_shift",
+            "parsed")
+    rows = [[page.k(rel, "curves", name), page.v(rel, "curves", name, j, "delta")]
+            + [page.v_or_dash(rel, "curves", name, j, k) for k in keys]
+            for name, curve in result.curves.items() for j in range(len(curve))]
+    page.add("<details><summary>Per direction and step</summary>" + table(
+        ["direction", "Δ", "greedy answer shift", "expected count shift", "shift of log p(n + Δ), nats",
+         "‖step‖ / ‖boundary vector‖", "probe read-out shift", "answers parsed"], rows, left=1) + "</details>")

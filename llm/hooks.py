@@ -72,6 +72,46 @@ SITES: dict[str, Site] = {
     "resid_mid": Site("resid_mid", lambda n_blocks: n_blocks, _resid_mid),
 }
 
+# The attention output projection of each architecture (``config.model_type``, the text model's where nested),
+# inside a decoder block. Its input holds the heads' outputs side by side, (B, T, n_heads * head_dim), head h in
+# columns h * head_dim .. (h + 1) * head_dim (TransformerLens ``blocks.{b}.attn.hook_z``, flattened); its parent
+# module is the block's attention, which returns (output, weights) under eager attention. Every row was checked
+# on a tiny random model of its architecture (tests/unit/test_llm_heads.py); an architecture missing here cannot
+# be read per head, and is refused before its weights load (:func:`attention_output_site`).
+ATTENTION_OUTPUTS: dict[str, str] = {
+    **dict.fromkeys(("llama", "mistral", "ministral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
+                     "gemma", "gemma2", "gemma3_text", "phi3", "olmo", "olmo2", "olmo3", "granite", "smollm3",
+                     "starcoder2", "cohere", "stablelm", "glm", "helium", "exaone4", "seed_oss", "arcee",
+                     "apertus", "ernie4_5", "hunyuan_v1_dense"), "self_attn.o_proj"),
+    "phi": "self_attn.dense", "gpt2": "attn.c_proj", "gpt_bigcode": "attn.c_proj", "gpt_neox": "attention.dense",
+    "gptj": "attn.out_proj", "gpt_neo": "attn.attention.out_proj", "falcon": "self_attention.dense",
+    "bloom": "self_attention.dense", "opt": "self_attn.out_proj",
+}
+
+
+def _attn_z(module: str) -> Callable[[int], HookSite]:
+    def at(block: int) -> HookSite:
+        return HookSite(block, module, "pre", f"blocks.{block}.attn.hook_z")
+    return at
+
+
+# one kind of site per architecture: ``attn_z:{model_type}``, index = block
+SITES.update({f"attn_z:{arch}": Site(f"attn_z:{arch}", lambda n_blocks: n_blocks, _attn_z(module))
+              for arch, module in ATTENTION_OUTPUTS.items()})
+
+
+def attention_output_site(model_type: str) -> str:
+    """The :data:`SITES` kind of the attention output projection's input in architecture ``model_type``;
+    ``ConfigError("model")`` for an architecture the registry does not know."""
+    kind = f"attn_z:{model_type}"
+    if kind not in SITES:
+        raise ConfigError("model", literal(f"the hook-site registry does not know where the attention output "
+                                           f"projection of architecture {model_type!r} is (known: "
+                                           f"{', '.join(sorted(ATTENTION_OUTPUTS))})")
+                          + "; choose another {model}, or add its module path to "
+                            "countlens.llm.hooks.ATTENTION_OUTPUTS")
+    return kind
+
 
 def hook_sites(indices: Sequence[int], n_blocks: int, site: str = "resid") -> list[HookSite]:
     """The hook sites of ``indices`` (of the kind ``site``) in a model of ``n_blocks`` blocks;

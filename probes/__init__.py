@@ -5,8 +5,10 @@ Numerics: :func:`ridge_path` (every α from one decomposition), the estimators :
 :class:`RidgePathProbe` (the fit → select every reported probe goes through), :func:`split_rows` (the one
 train / validation / test split), :func:`penalty_unit` (the relative ridge coefficient's unit), the
 metrics and the classification read-out :func:`fit_classifier_probe`. Experiments: :class:`ProbeConfig` →
-:func:`run_probes` → :class:`ProbeResult` (Figure 7) and :class:`SweepConfig` → :func:`run_sweep` →
-:class:`SweepResult` (Figure 8). Figures and report views live in :mod:`countlens.probes.figures` (imports
+:func:`run_probes` → :class:`ProbeResult` (Figure 7, with the model's :class:`Behaviour`),
+:class:`SweepConfig` → :func:`run_sweep` → :class:`SweepResult` (Figure 8) and ``ProbeConfig(target=
+"running_count")`` → :func:`run_running_count` → :class:`RunningCountResult` (Figure 10, the probes at every
+item, split by prompt with :func:`split_groups`). Figures and report views live in :mod:`countlens.probes.figures` (imports
 matplotlib).
 """
 
@@ -19,6 +21,7 @@ from countlens.probes.experiments import (  # noqa: F401
     ProbeResult,
     SweepConfig,
     SweepResult,
+    counting_capacity,
     load_probe_data,
     run_probes,
     run_sweep,
@@ -34,4 +37,5 @@ from countlens.probes.ridge import (  # noqa: F401
     ridge_path,
     select_alpha,
 )
-from countlens.probes.splits import DEFAULT_FRACTIONS, split_rows  # noqa: F401
+from countlens.probes.running import RunningCountResult, load_item_data, run_running_count  # noqa: F401
+from countlens.probes.splits import DEFAULT_FRACTIONS, split_groups, split_rows  # noqa: F401

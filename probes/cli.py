@@ -1,5 +1,6 @@
 """``countlens probe``: validation-selected ridge probes per location (``probes.json``, Figure 7, layerwise
-plot); ``countlens probe sweep`` (Figure 8); ``countlens probe toy-acts`` (toy representations as a capture);
+plot; with ``--target running_count`` the probes at every item of an items capture, ``running_count.json``,
+Figure 10); ``countlens probe sweep`` (Figure 8); ``countlens probe toy-acts`` (toy representations as a capture);
 ``countlens probe redraw`` (figures from a finished run's JSON). Parse → config → run → write.
 """
 
@@ -20,6 +21,11 @@ Fit ridge probes of the count on the boundary vector at every location: the whol
 decomposition per location and split seed, alpha chosen on the validation split, the chosen probe scored
 (rounded exact accuracy) on the IID test split. Writes probes.json, probes.csv,
 fig7_binned_accuracy.png/.pdf and probes_layerwise.png/.pdf.
+
+With --target running_count, on an items capture (`countlens llm capture --positions items`): the same
+probes at every item, split by prompt, per location and relative position in the list (--position-buckets),
+of the running count and of the final count n; writes running_count.json, running_count.csv and
+fig10_running_count.png/.pdf.
 
 Subcommands: sweep (Figure 8), toy-acts (toy representations as an activation folder), redraw."""
 
@@ -64,7 +70,12 @@ def _split(text: str) -> tuple[float, float, float]:
 
 
 def register(subparsers) -> None:
-    from countlens.probes.experiments import DEFAULT_BLAS_THREADS, DEFAULT_SEEDS, DEFAULT_SWEEP_ALPHA_GRID
+    from countlens.probes.experiments import (
+        DEFAULT_BLAS_THREADS,
+        DEFAULT_POSITION_BUCKETS,
+        DEFAULT_SEEDS,
+        DEFAULT_SWEEP_ALPHA_GRID,
+    )
     from countlens.probes.ridge import DEFAULT_ALPHA_GRID
     from countlens.probes.splits import DEFAULT_FRACTIONS
 
@@ -102,6 +113,12 @@ def register(subparsers) -> None:
     parser.add_argument("--blas-threads", type=int, default=DEFAULT_BLAS_THREADS,
                         help="BLAS threads for each location's decompositions, 0 = the process default "
                              "(BENCHMARKS.md measures why one)")
+    parser.add_argument("--target", default="n",
+                        help="what the probes read: n (the count, at the boundary: Figure 7) or running_count "
+                             "(the count so far at every item of an items capture: Figure 10)")
+    parser.add_argument("--position-buckets", dest="position_buckets", type=int, default=DEFAULT_POSITION_BUCKETS,
+                        help="with --target running_count: buckets of relative position in the list, "
+                             "item k / (n + m)")
     parser.set_defaults(func=cmd_probe)
     sub = parser.add_subparsers(dest="probe_command", metavar="{sweep,toy-acts,redraw}",
                                 parser_class=type(parser))
@@ -139,10 +156,11 @@ def register(subparsers) -> None:
     toy.add_argument("--seed", type=int, default=0, help="value of the seed column")
     toy.set_defaults(func=cmd_toy_acts)
 
-    redraw = sub.add_parser("redraw", help="redraw Figures 7/8 from probes.json or sweep.json, without refitting",
+    redraw = sub.add_parser("redraw", help="redraw Figures 7/8/10 from probes.json, sweep.json or running_count.json, "
+                                           "without refitting",
                             formatter_class=HelpFormatter, prog=f"{parser.prog} redraw",
                             description="Redraw the figures of a finished run from its JSON.")
-    redraw.add_argument("--result", required=True, help="probes.json or sweep.json (required)")
+    redraw.add_argument("--result", required=True, help="probes.json, sweep.json or running_count.json (required)")
     redraw.add_argument("--figure-locations", default=argparse.SUPPRESS,
                         help="locations drawn in Figure 7, names comma-separated (default: those of the run)")
     redraw.add_argument("--out", default=argparse.SUPPRESS, metavar="DIR",
@@ -166,13 +184,28 @@ def cmd_probe(args) -> int:
     config = ProbeConfig(acts=args.acts, locations=args.locations, alphas=_alphas(args.alphas, DEFAULT_ALPHAS),
                          seeds=parse_int_list(args.seeds, "--seeds"), fractions=_split(args.fractions),
                          standardize=args.standardize, classifier_C=classifier_C if args.classifier else None,
-                         figure_locations=args.figure_locations, blas_threads=args.blas_threads or None)
+                         figure_locations=args.figure_locations, blas_threads=args.blas_threads or None,
+                         target=args.target, position_buckets=args.position_buckets)
     out = Path(args.out)
+    if config.target == "running_count":
+        return _running_count(config, out)
     result = run_probes(config, resume_dir=out / "partial", progress=True)
     result.save(out)
     draw_probes(result, out)
     print(result.summary())
     print(f"wrote {out / 'probes.json'}, probes.csv, fig7_binned_accuracy.png/.pdf, probes_layerwise.png/.pdf")
+    return 0
+
+
+def _running_count(config, out: Path) -> int:
+    from countlens.probes.figures import draw_running_count
+    from countlens.probes.running import run_running_count
+
+    result = run_running_count(config, resume_dir=out / "partial-running", progress=True)
+    result.save(out)
+    draw_running_count(result, out)
+    print(result.summary())
+    print(f"wrote {out / 'running_count.json'}, running_count.csv, fig10_running_count.png/.pdf")
     return 0
 
 
@@ -217,8 +250,15 @@ def cmd_redraw(args) -> int:
         draw_sweep(SweepResult.from_dict(data), out)
         print(f"wrote {out / 'fig8_norm_sweep'}.png/.pdf")
         return 0
+    if isinstance(data, dict) and "buckets" in data:
+        from countlens.probes.figures import draw_running_count
+        from countlens.probes.running import RunningCountResult
+
+        draw_running_count(RunningCountResult.from_dict(data), out)
+        print(f"wrote {out / 'fig10_running_count'}.png/.pdf")
+        return 0
     if not isinstance(data, dict) or "locations" not in data:
-        raise UsageError(f"{args.result} is neither a probes.json nor a sweep.json")
+        raise UsageError(f"{args.result} is neither a probes.json, a running_count.json nor a sweep.json")
     result = ProbeResult.from_dict(data)
     names = None
     if getattr(args, "figure_locations", None):

@@ -14,11 +14,17 @@ Per location and seed :class:`countlens.probes.RidgePathProbe` fits the whole α
 from one decomposition (standardised inputs by default) and selects α on the validation rows; the selected
 probe is scored on the test rows. The sweep fits the same path and scores *every* α on the test rows (no
 selection: it draws the trade-off, it does not pick a probe).
+
+An items capture (``countlens llm capture --positions items``) holds, besides each prompt's boundary row, one
+row per item token; these probes (and the sweep) read its boundary rows only, so they are Figures 7 and 8 of
+the same prompts. ``ProbeConfig(target="running_count")`` asks for the probes of the count at every item
+instead (Figure 10): :func:`countlens.probes.running.run_running_count`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -26,7 +32,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from countlens.core.cache import ResultCache
-from countlens.core.errors import ConfigError, UsageError, about
+from countlens.core.errors import ConfigError, UsageError, about, literal
 from countlens.core.locations import first_block_location, location_label, resolve_location, resolve_locations
 from countlens.core.results import Result, result_provenance
 from countlens.core.store import acts_array, capture_meta, column, load_capture
@@ -61,6 +67,17 @@ DEFAULT_SEEDS = (0, 1, 2)
 DEFAULT_BLAS_THREADS = 1
 SELECTION = "validation rounded accuracy, ties by validation MSE; scored on the test split"
 BEHAVIOUR_DEFINITION = "exact accuracy of the model's greedy answer, parsed by countlens.llm.answers"
+# What a probe reads: the count n (Figure 7), or the count so far at every item of an items capture (Figure 10).
+TARGETS = ("n", "running_count")
+DEFAULT_POSITION_BUCKETS = 10
+# The share a count's prompts must reach for the model to count it (greedy accuracy, rank-1 rate).
+CAPACITY_THRESHOLD = 0.5
+CAPACITY_DEFINITION = ("the largest captured count n such that, at every captured count from the smallest "
+                       "count >= 1 up to n, at least half the prompts are answered right (greedy: the parsed "
+                       "answer equals n; rank 1: the correct count is the most likely candidate); null when "
+                       "the smallest count already fails")
+# The capture columns Figure 7 reads of the model's answer as a distribution over the candidate counts.
+DISTRIBUTION_READ = ("answer_expected", "answer_rank")
 
 
 # ----------------------------------------------------------------------------------------------- inputs
@@ -75,20 +92,31 @@ class ProbeData:
     n: np.ndarray  # (rows,)
     acts: np.ndarray  # (rows, n_locations, d)
     answer: np.ndarray | None = None  # (rows,) the model's parsed answer (NaN: unparsed), if captured
+    expected: np.ndarray | None = None  # (rows,) Σ k p(k) over the candidate counts, if captured
+    rank: np.ndarray | None = None  # (rows,) rank of the correct count among the candidates (1 = best), if captured
 
     def X(self, index: int) -> np.ndarray:
         """The activations at one location as float64: (rows, d)."""
         return np.asarray(self.acts[:, index, :], dtype=np.float64)
 
 
+def boundary_rows(ds):
+    """The boundary rows of a capture: all rows, or those with ``item_index == -1`` in an items capture."""
+    if "item_index" not in ds.column_names:
+        return ds
+    return ds.select(np.flatnonzero(column(ds, "item_index") < 0))
+
+
 def load_probe_data(acts_dir: str | os.PathLike) -> ProbeData:
-    """Load a capture (LLM or toy) for probing, in its stored dtype; :class:`UsageError` when it has no
-    count column or holds NaN/inf activations."""
+    """Load a capture (LLM or toy) for probing, in its stored dtype — of an items capture its boundary rows
+    only; :class:`UsageError` when it has no count column or holds NaN/inf activations."""
     ds = load_capture(acts_dir)
     meta = capture_meta(ds)
     if "n" not in ds.column_names or "acts" not in ds.column_names:
         raise UsageError(f"{acts_dir} has no 'n' (count) or 'acts' column; probes need a capture made by "
                          "`countlens llm capture` or `countlens probe toy-acts`")
+    ds = boundary_rows(ds)
+    ds.info.description = json.dumps(meta)
     acts = acts_array(ds, dtype=np.dtype(meta.get("dtype") or "float32"))  # (rows, n_locations, d)
     n = column(ds, "n").astype(np.float64)
     if acts.ndim != 3 or len(acts) != len(n):
@@ -98,10 +126,13 @@ def load_probe_data(acts_dir: str | os.PathLike) -> ProbeData:
         raise UsageError(f"{acts_dir}: activations hold NaN or inf at location(s) "
                          f"{', '.join(str(i) for i in np.flatnonzero(bad))}; recapture with --dtype float32")
     locations = list(meta.get("locations") or [str(i) for i in range(acts.shape[1])])
-    answer = None
+    answer = expected = rank = None
     if "answer" in ds.column_names:
         answer = np.array([np.nan if a is None else a for a in ds["answer"]], dtype=np.float64)
-    return ProbeData(str(acts_dir), meta, locations, n, acts, answer)
+    if all(name in ds.column_names for name in DISTRIBUTION_READ):
+        expected = np.array([np.nan if v is None else v for v in ds["answer_expected"]], dtype=np.float64)
+        rank = np.array([np.nan if v is None else v for v in ds["answer_rank"]], dtype=np.float64)
+    return ProbeData(str(acts_dir), meta, locations, n, acts, answer, expected, rank)
 
 
 def _numbers(config, name: str, kind: type) -> tuple:
@@ -146,6 +177,11 @@ class ProbeConfig:
     same probe family (same α grid and selection) on the Hewitt–Liang control task
     (:func:`countlens.probes.metrics.control_labels`, seed ``control_seed``); selectivity = test rounded
     accuracy on the counts − on the control labels.
+
+    ``target``: ``"n"`` (the count, at the boundary: Figure 7, :func:`run_probes`) or ``"running_count"``
+    (the count so far at every item of an items capture, in ``position_buckets`` buckets of relative position
+    in the list, split by prompt: Figure 10, :func:`countlens.probes.running.run_running_count`; the
+    classifier and ``figure_locations`` are Figure 7's and are refused there).
     """
 
     acts: str
@@ -161,6 +197,8 @@ class ProbeConfig:
     blas_threads: int | None = DEFAULT_BLAS_THREADS
     control: bool = True
     control_seed: int = 0
+    target: str = "n"
+    position_buckets: int = DEFAULT_POSITION_BUCKETS
 
     def __post_init__(self) -> None:
         _check_common(self)
@@ -168,6 +206,22 @@ class ProbeConfig:
             raise ConfigError("bin_width", f"{{bin_width}} must be >= 1, got {self.bin_width}")
         if self.classifier_C is not None:
             self.classifier_C = tuple(classifier_grid(self.classifier_C))
+        if self.target not in TARGETS:
+            raise ConfigError("target", f"{{target}} must be one of {', '.join(TARGETS)}, got {literal(repr(self.target))}")
+        try:
+            buckets = int(self.position_buckets)
+        except (TypeError, ValueError):
+            buckets = 0
+        if buckets < 1 or buckets != self.position_buckets:
+            raise ConfigError("position_buckets", "{position_buckets} must be a whole number >= 1, got "
+                                                  f"{literal(repr(self.position_buckets))}")
+        self.position_buckets = buckets
+        if self.target == "running_count":
+            for name in ("classifier_C", "figure_locations"):
+                if getattr(self, name) is not None:
+                    raise ConfigError(name, f"{{{name}}} is Figure 7's (target n); the running-count probes "
+                                            "(Figure 10) fit ridge probes only and draw every probed location",
+                                      also=("target",))
 
 
 @dataclass
@@ -233,13 +287,30 @@ class LocationProbes:
 class Behaviour:
     """The model's own zero-shot answers on every row of the capture: exact accuracy (parsed answer ==
     count, an unparsed answer counting as wrong) overall and per count range (the probes' bins), and the
-    share of answers that parse."""
+    share of answers that parse.
+
+    With the answer as a distribution over the candidate counts in the capture (``answer_expected``,
+    ``answer_rank``; ``distribution`` true), also per bin and per count: ``mean_count`` (mean n),
+    ``expected`` (mean expected count Σ k p(k)), ``rank`` (the correct count's mean rank, 1 = most likely)
+    and ``rank1`` (share of prompts whose correct count is the most likely), and overall ``rank1`` and
+    ``expected_mae`` (mean |expected count − n|). These stay informative where the greedy answer is the same
+    number for every prompt. ``capacity`` and ``rank1_capacity``: the model's counting capacity
+    (:data:`CAPACITY_DEFINITION`, threshold :data:`CAPACITY_THRESHOLD`) from the greedy accuracy and from the
+    rank-1 rate per count, both over the captured counts from ``capacity_from`` on."""
 
     accuracy: float
     parsed: float
     rows: int
-    binned: list[dict[str, Any]]  # lo, hi, accuracy (None: no row), rows
+    binned: list[dict[str, Any]]  # lo, hi, accuracy (None: no row), rows [, mean_count, expected, rank, rank1]
     definition: str = BEHAVIOUR_DEFINITION
+    per_count: list[dict[str, Any]] | None = None  # n, rows, accuracy [, mean_count, expected, rank, rank1]
+    capacity_from: int | None = None  # the smallest captured count >= 1 (None: no such count)
+    capacity: int | None = None
+    distribution: bool = False
+    rank1: float | None = None
+    expected_mae: float | None = None
+    rank1_capacity: int | None = None
+    capacity_definition: str = CAPACITY_DEFINITION
 
 
 @dataclass
@@ -346,6 +417,9 @@ def run_probes(config: ProbeConfig, data: ProbeData | None = None, *,
     """
     from tqdm.auto import tqdm
 
+    if config.target != "n":
+        raise ConfigError("target", f"{{target}} {literal(config.target)} is run by "
+                                    "countlens.probes.running.run_running_count (Figure 10); run_probes reads n")
     if data is None:
         with about("acts"):
             data = load_probe_data(config.acts)
@@ -402,17 +476,64 @@ def run_probes(config: ProbeConfig, data: ProbeData | None = None, *,
         results.append(LocationProbes(saved["name"], int(saved["index"]), [ProbeFit(**f) for f in saved["fits"]]))
     cache.clear()
     return ProbeResult(protocol, _source(data), alphas.tolist(), results, result_provenance(config),
-                       behaviour_accuracy(data.n, data.answer, bins))
+                       behaviour_accuracy(data.n, data.answer, bins, expected=data.expected, rank=data.rank))
 
 
-def behaviour_accuracy(n: np.ndarray, answer: np.ndarray | None, bins) -> Behaviour | None:
+def behaviour_accuracy(n: np.ndarray, answer: np.ndarray | None, bins, *, expected: np.ndarray | None = None,
+                       rank: np.ndarray | None = None) -> Behaviour | None:
     """The model's zero-shot exact accuracy (parsed answer == count; NaN = unparsed = wrong) on every row,
-    overall and per count range of ``bins``; ``None`` without answers."""
+    overall, per count range of ``bins`` and per count, with its counting capacity; with ``expected`` and
+    ``rank`` (rows,) — the answer distribution's expected count and the correct count's rank, NaN or a rank
+    < 1 where a row has none — also their means per bin and per count and the rank-1 capacity
+    (:class:`Behaviour`). ``None`` without answers."""
     if answer is None:
         return None
-    hit = np.asarray(answer, dtype=np.float64) == np.asarray(n, dtype=np.float64)
-    return Behaviour(accuracy=float(hit.mean()), parsed=float(np.mean(np.isfinite(answer))), rows=int(len(n)),
-                     binned=binned_accuracy(n, np.where(np.isfinite(answer), answer, -1.0), bins))
+    n = np.asarray(n, dtype=np.float64)
+    hit = np.asarray(answer, dtype=np.float64) == n
+    binned = binned_accuracy(n, np.where(np.isfinite(answer), answer, -1.0), bins)
+    counts = np.unique(n)
+    per_count = [{"n": int(k), "rows": int(np.sum(n == k)), "accuracy": float(hit[n == k].mean())} for k in counts]
+    start = counts[counts >= 1]
+    out = Behaviour(accuracy=float(hit.mean()), parsed=float(np.mean(np.isfinite(answer))), rows=int(len(n)),
+                    binned=binned, per_count=per_count, capacity_from=int(start[0]) if len(start) else None,
+                    capacity=counting_capacity(counts, [c["accuracy"] for c in per_count]))
+    if expected is None or rank is None:
+        return out
+    expected = np.asarray(expected, dtype=np.float64)
+    rank = np.asarray(rank, dtype=np.float64)
+    rank = np.where(rank >= 1, rank, np.nan)  # a row whose correct count is no candidate has no rank
+    rank1 = np.where(np.isfinite(rank), (rank == 1).astype(np.float64), np.nan)
+    for entry, inside in [*((b, (n >= b["lo"]) & (n <= b["hi"])) for b in binned),
+                          *((c, n == c["n"]) for c in per_count)]:
+        entry.update(mean_count=_mean(n[inside]), expected=_mean(expected[inside]), rank=_mean(rank[inside]),
+                     rank1=_mean(rank1[inside]))
+    out.distribution = True
+    out.rank1 = _mean(rank1)
+    out.expected_mae = _mean(np.abs(expected - n))
+    out.rank1_capacity = counting_capacity(counts, [c["rank1"] for c in per_count])
+    return out
+
+
+def counting_capacity(counts, rates) -> int | None:
+    """The counting capacity (:data:`CAPACITY_DEFINITION`) from each captured count's rate of right answers:
+    the last count before the first of ``counts`` >= 1 (ascending) whose rate is below
+    :data:`CAPACITY_THRESHOLD` (a missing rate, None or NaN, fails); ``None`` when the first already fails or
+    no count is >= 1."""
+    capacity = None
+    for k, rate in zip(counts, rates, strict=True):
+        if k < 1:
+            continue
+        if rate is None or not np.isfinite(rate) or rate < CAPACITY_THRESHOLD:
+            break
+        capacity = int(k)
+    return capacity
+
+
+def _mean(values: np.ndarray) -> float | None:
+    """The mean of the finite values, None when there is none."""
+    values = np.asarray(values, dtype=np.float64)
+    values = values[np.isfinite(values)]
+    return float(values.mean()) if len(values) else None
 
 
 def _source(data: ProbeData) -> dict[str, Any]:
@@ -498,4 +619,6 @@ def run_sweep(config: SweepConfig, data: ProbeData | None = None) -> SweepResult
 __all__ = ["DEFAULT_BLAS_THREADS", "DEFAULT_SEEDS", "DEFAULT_SWEEP_ALPHA_GRID", "DEFAULT_SWEEP_ALPHAS", "SELECTION",
            "ProbeData", "load_probe_data", "ProbeConfig", "SweepConfig", "ProbeFit", "LocationProbes",
            "Behaviour", "ProbeResult", "fit_probe", "control_accuracy", "run_probes", "behaviour_accuracy",
+           "counting_capacity", "boundary_rows", "TARGETS", "CAPACITY_THRESHOLD", "CAPACITY_DEFINITION",
+           "DEFAULT_POSITION_BUCKETS",
            "SweepSeed", "SweepResult", "sweep_seed", "run_sweep"]

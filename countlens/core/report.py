@@ -180,11 +180,14 @@ def finite(x: Any) -> bool:
 
 
 def location_cell(page: Page, rel: str, *keys) -> str:
-    """'embeddings' for location index zero, else 'after block ℓ' with ℓ the location's index."""
-    index = page.get(rel, *keys, "index")
-    if index == 0:
+    """'embeddings' for the embeddings, 'after block ℓ' (ℓ a span of the location's index) where the location
+    at that index is the output of block ℓ, else the location's name (a capture of some locations only)."""
+    index, name = page.get(rel, *keys, "index"), page.get(rel, *keys, "name")
+    if index == 0 and name in (None, "embed"):
         return "embeddings"
-    return f"after block {page.v(rel, *keys, 'index')}" if index is not None else page.v(rel, *keys, "name")
+    if index is not None and name in (None, f"blocks.{int(index) - 1}.hook_resid_post"):
+        return f"after block {page.v(rel, *keys, 'index')}"
+    return page.v(rel, *keys, "name") if name is not None else page.v(rel, *keys, "index")
 
 
 __all__ = ["REPORT_FILE", "STAGE_FILE", "Page", "Section", "StageLike", "format_value", "lookup", "table",

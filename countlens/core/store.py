@@ -19,6 +19,26 @@ with one row per prompt (or per toy count pair) and columns
                     token indices of the first and last item in the prompt (-1 without items, and for
                     the toy and captures made before these columns existed)
 
+A capture with the model's answers (``llm capture --answers``) adds :data:`ANSWER_COLUMNS` and, since the
+answer became a distribution over counts, :data:`DISTRIBUTION_COLUMNS`
+
+    answer_text, answer, answer_logprob
+                    the greedy answer's text, its parsed integer (null when it does not parse), and the
+                    correct answer's teacher-forced log-probability (nats)
+    answer_logprobs the teacher-forced log-probability of every candidate count (a list per row; the
+                    candidates ``meta["answer_candidates"]`` are the capture's ``min(counts)..max(counts)``)
+    answer_expected Σ k p(k), p normalised over the candidates
+    answer_rank     rank of the correct count among the candidates (1 = the most likely)
+
+A capture of every item position (``llm capture --positions items``) holds one row per (prompt, position)
+— each prompt's items in order, then its boundary — and adds :data:`POSITION_COLUMNS`
+
+    prompt_id       the prompt's row in the capture's plan (every row of one prompt shares it)
+    position        the row's token index in the prompt (the boundary row: ``boundary_index``)
+    item_index      0-based order of the item in the list; -1 for the boundary row
+    is_target       whether the item is a target (False on the boundary row)
+    running_count   targets among items 0..item_index; ``n`` on the boundary row
+
 Each shard is written to a temporary folder and renamed into place, so a shard either exists whole or not
 at all; an interrupted run resumes from the shards present. :func:`load_capture` returns the whole capture
 as one ``datasets.Dataset`` (memory-mapped), whatever the shard layout.
@@ -49,15 +69,28 @@ OPTIONAL_COLUMNS = {"first_item_index": -1, "last_item_index": -1}
 # The model's own answer, written only by a capture with answers (all three or none; ``answer`` is null
 # where the text does not parse).
 ANSWER_COLUMNS = ("answer_text", "answer", "answer_logprob")
+# The answer as a distribution over the candidate counts (all three or none).
+DISTRIBUTION_COLUMNS = ("answer_logprobs", "answer_expected", "answer_rank")
+# One row per (prompt, position) of an items capture (all five or none).
+POSITION_COLUMNS = ("prompt_id", "position", "item_index", "is_target", "running_count")
 
 
-def features(n_locations: int, d: int, dtype: str = "float32", answers: bool = False):
+def features(n_locations: int, d: int, dtype: str = "float32", answers: bool = False,
+             distribution: bool = False, positions: bool = False):
     """The ``datasets.Features`` of a capture with ``n_locations`` locations of width ``d`` (with
-    ``answers``, also the :data:`ANSWER_COLUMNS`)."""
+    ``answers``, also the :data:`ANSWER_COLUMNS`; with ``distribution`` the :data:`DISTRIBUTION_COLUMNS`;
+    with ``positions`` the :data:`POSITION_COLUMNS`, after the others)."""
     import datasets
 
     extra = {"answer_text": datasets.Value("string"), "answer": datasets.Value("int64"),
              "answer_logprob": datasets.Value("float64")} if answers else {}
+    if distribution:
+        extra.update({"answer_logprobs": datasets.Sequence(datasets.Value("float64")),
+                      "answer_expected": datasets.Value("float64"), "answer_rank": datasets.Value("int32")})
+    if positions:
+        extra.update({"prompt_id": datasets.Value("int32"), "position": datasets.Value("int32"),
+                      "item_index": datasets.Value("int32"), "is_target": datasets.Value("bool"),
+                      "running_count": datasets.Value("int32")})
     return datasets.Features({
         "acts": datasets.Array2D(shape=(n_locations, d), dtype=dtype),
         "n": datasets.Value("int32"),
@@ -121,11 +154,15 @@ class ActivationWriter:
         if not np.all(np.isfinite(acts)):
             raise ConfigError("dtype", "captured activations hold NaN or inf; try {dtype:float32}")
         answers = all(k in rows for k in ANSWER_COLUMNS)
+        distribution = answers and all(k in rows for k in DISTRIBUTION_COLUMNS)
+        positions = all(k in rows for k in POSITION_COLUMNS)
+        names = (COLUMNS + (ANSWER_COLUMNS if answers else ()) + (DISTRIBUTION_COLUMNS if distribution else ())
+                 + (POSITION_COLUMNS if positions else ()))
         data = {k: rows[k] if k in rows or k not in OPTIONAL_COLUMNS else [OPTIONAL_COLUMNS[k]] * len(acts)
-                for k in COLUMNS + (ANSWER_COLUMNS if answers else ()) if k != "acts"}
+                for k in names if k != "acts"}
         data["acts"] = acts
         ds = datasets.Dataset.from_dict(data, features=features(acts.shape[1], acts.shape[2], self.meta["dtype"],
-                                                                answers))
+                                                                answers, distribution, positions))
         final = self.dir / SHARDS / f"{index:05d}"
         tmp = Path(tempfile.mkdtemp(prefix=f".{index:05d}.", dir=self.dir / SHARDS))
         bars_were_on = not datasets.are_progress_bars_disabled()
@@ -233,6 +270,7 @@ def column(ds, name: str) -> np.ndarray:
     return np.asarray(ds.with_format("numpy", columns=[name])[name])
 
 
-__all__ = ["META", "SHARDS", "COLUMNS", "OPTIONAL_COLUMNS", "ANSWER_COLUMNS", "features", "ActivationWriter", "existing_capture",
+__all__ = ["META", "SHARDS", "COLUMNS", "OPTIONAL_COLUMNS", "ANSWER_COLUMNS", "DISTRIBUTION_COLUMNS",
+           "POSITION_COLUMNS", "features", "ActivationWriter", "existing_capture",
            "read_meta", "load_capture",
            "capture_meta", "iter_batches", "acts_array", "column"]

@@ -7,6 +7,10 @@ than mixed in, and a failing stage is reported by name while the others still ru
 experiments keep their finished parts in a :class:`~countlens.core.cache.ResultCache`
 (``OUT/<stage>/.cache``, removed once the stage is done).
 
+The run loads each model once (:func:`countlens.llm.models.model_pool`): a stage that declares the model it
+runs (``Stage(model=...)``) is handed it loaded, and every resolution, tokenizer and config the stages'
+plans read is read once.
+
 ``OUT/index.html`` (:mod:`countlens.pipeline.report`) shows every figure and table with the configs and
 package versions that made them; every number on it is read from the JSON file beside it.
 """
@@ -35,6 +39,7 @@ from countlens.llm.experiments import (
     run_steering,
 )
 from countlens.llm.figures import draw_patching, draw_steering, patching_view, steering_view
+from countlens.llm.models import model_pool
 from countlens.pipeline.presets import PRESETS
 from countlens.pipeline.report import write_index
 from countlens.pipeline.stages import CACHE_FOLDER, Stage, refuse_other_stages, run_stages, select, stage_done
@@ -156,10 +161,11 @@ def reproduce(out: Path, preset: str, capture: dict[str, Any] | None = None, onl
     select(stages, only)
     refuse_other_stages(out, stages)
     by_name = {s.name: s for s in stages}
-    if (not only or "capture" in only) and stage_done(out, by_name["capture"]) is None:
-        preflight_capture(by_name["capture"].config, out / "capture" / ACTS_PLACE)
-    out.mkdir(parents=True, exist_ok=True)
-    records = run_stages(out, stages, only)
+    with model_pool() as pool:  # each model resolved, read and loaded once for the whole run
+        if (not only or "capture" in only) and stage_done(out, by_name["capture"]) is None:
+            preflight_capture(by_name["capture"].config, out / "capture" / ACTS_PLACE)
+        out.mkdir(parents=True, exist_ok=True)
+        records = run_stages(out, stages, only, pool)
     model = by_name["capture"].config.model.model
     summary = {
         "preset": preset, "model": model, "model_args": capture or {}, "out": str(out),

@@ -4,9 +4,15 @@ and shown; run in order into ``OUT/<stage>/``, resumable.
 A :class:`Stage` is *what* it computes — its config, whose fields in ``links`` are paths relative to OUT
 (the outputs of earlier stages it reads) — and *how* it runs: ``options`` (progress bars, worker processes),
 ``places`` (run keywords that get a folder inside the stage's own, where it writes work files), ``cache``
-(a :class:`~countlens.core.cache.ResultCache` to resume from) and ``threads``. Only the first is its
-identity (:meth:`Stage.identity`): the same report reached by an absolute and a relative ``--out``, or a
-folder moved elsewhere, is the same report.
+(a :class:`~countlens.core.cache.ResultCache` to resume from), ``threads`` and ``model`` (the
+:class:`~countlens.llm.models.ModelSpec` it runs, when it takes ``loaded=``). Only the first is its identity
+(:meth:`Stage.identity`; a config field marked ``metadata={"identity": False}``, such as the model's
+``no_cache``, is how it runs and left out): the same report reached by an absolute and a relative ``--out``,
+or a folder moved elsewhere, is the same report.
+
+A stage that declares ``model`` is handed that model loaded (``run(config, loaded=...)``) from the run's
+:class:`~countlens.llm.models.ModelPool`: every stage of a run that runs one model shares one load, and the
+resolution, tokenizer and config its plan reads.
 
 Every stage is saved the same way: its run returns a result of the one contract
 (:class:`countlens.core.results.Result`), which ``save`` s itself into the stage folder, and ``draw`` adds the
@@ -61,6 +67,7 @@ class Stage:
     options: dict[str, Any] = field(default_factory=dict)  # how it runs, never what it computes
     cache: bool = False
     threads: int | None = None  # torch intra-op threads while it runs (None: the process's)
+    model: Any = None  # the ModelSpec it runs: the run's pool hands it ``loaded=`` (None: it loads nothing)
 
     def configured(self, out: Path) -> Any:
         """The config with every linked path resolved against ``out``."""
@@ -74,8 +81,9 @@ class Stage:
         return dataclasses.replace(self.config, **resolved) if resolved else self.config
 
     def identity(self) -> dict[str, Any]:
-        """What determines the stage's results: its config (linked paths relative to OUT)."""
-        return {"config": config_record(self.config), "links": list(self.links)}
+        """What determines the stage's results: its config (linked paths relative to OUT), less the fields
+        that only say how it runs (``metadata={"identity": False}``)."""
+        return {"config": _identity_record(self.config, config_record(self.config)), "links": list(self.links)}
 
     def call(self, out: Path) -> str:
         """The Python call that reruns this stage, for the report's "Calls" list."""
@@ -83,6 +91,20 @@ class Stage:
         args = [repr(self.configured(out))] + [f"{k}={v!r}" for k, v in self.options.items()] + [
             f"{k}={str(folder / v)!r}" for k, v in self.places.items()]
         return f"{self.run.__module__}.{self.run.__qualname__}({', '.join(args)})"
+
+
+def _identity_record(config: Any, record: Any) -> Any:
+    """``record`` (:func:`config_record` of ``config``) without the fields ``config``'s dataclasses mark
+    ``metadata={"identity": False}``, at any depth."""
+    if not (dataclasses.is_dataclass(config) and isinstance(record, dict)):
+        return record
+    out = dict(record)
+    for f in dataclasses.fields(config):
+        if f.metadata.get("identity", True) is False:
+            out.pop(f.name, None)
+        elif f.name in out:
+            out[f.name] = _identity_record(getattr(config, f.name), out[f.name])
+    return out
 
 
 def _cpu_seconds() -> float:
@@ -129,11 +151,13 @@ def _failed(stage: Stage, out: Path, reason: str, start: float) -> dict[str, Any
             "wall_s": time.perf_counter() - start}
 
 
-def run_stage(out: Path, stage: Stage) -> dict[str, Any]:
+def run_stage(out: Path, stage: Stage, pool: Any = None) -> dict[str, Any]:
     """Run ``stage``, save its result and figures, and write ``stage.json`` on success. Returns the record.
 
-    A :class:`UsageError` fails the stage with its message; any other exception fails it with its type and
-    message, its traceback in ``OUT/<stage>/error.log``. ``KeyboardInterrupt`` stops the whole run.
+    ``pool`` (a :class:`~countlens.llm.models.ModelPool`) hands a stage that declares ``model`` its loaded
+    model (``loaded=``); without one the stage loads its own. A :class:`UsageError` fails the stage with its
+    message; any other exception fails it with its type and message, its traceback in
+    ``OUT/<stage>/error.log``. ``KeyboardInterrupt`` stops the whole run.
     """
     out = Path(out)
     folder = out / stage.name
@@ -145,6 +169,8 @@ def run_stage(out: Path, stage: Stage) -> dict[str, Any]:
               **({"cache": cache} if cache is not None else {})}
     try:
         with torch_threads(stage.threads):
+            if stage.model is not None and pool is not None:
+                kwargs["loaded"] = pool.loaded(stage.model, progress=bool(stage.options.get("progress", True)))
             result = stage.run(stage.configured(out), **kwargs)
         if not isinstance(result, stage.result_type):
             got = "None" if result is None else f"a {type(result).__name__}"
@@ -181,8 +207,10 @@ def select(stages: list[Stage], only: list[str] | None) -> None:
                                     f"{', '.join(names)}")
 
 
-def run_stages(out: Path, stages: list[Stage], only: list[str] | None = None) -> dict[str, dict[str, Any]]:
-    """Run (or reuse) every stage in order; returns each stage's record by name."""
+def run_stages(out: Path, stages: list[Stage], only: list[str] | None = None,
+               pool: Any = None) -> dict[str, dict[str, Any]]:
+    """Run (or reuse) every stage in order, the stages that declare a model handed it from ``pool`` (see
+    :func:`run_stage`); returns each stage's record by name."""
     records: dict[str, dict[str, Any]] = {}
     for stage in stages:
         done = stage_done(out, stage)
@@ -197,7 +225,7 @@ def run_stages(out: Path, stages: list[Stage], only: list[str] | None = None) ->
             records[stage.name] = {"stage": stage.name, "status": "skipped",
                                    "reason": f"needs stage {', '.join(blocked)}"}
             continue
-        record = records[stage.name] = {**run_stage(out, stage), "reused": False}
+        record = records[stage.name] = {**run_stage(out, stage, pool), "reused": False}
         print(f"reproduce: stage {stage.name} {record['status']}"
               + (f": {record['reason']}" if record["status"] != "done" else f" in {record['wall_s']:.1f} s"),
               file=sys.stderr, flush=True)

@@ -4,9 +4,11 @@ For each model, capture (with the model's own answers, as the size presets recor
 geometry → toy-vs-LLM comparison (→ Figure 9's patching and steering, where asked) into
 ``OUT/models/<name>/``, with that model's own report (``index.html``): the model's stages of
 :func:`countlens.pipeline.reproduce.reproduce`. With a Ray target every model is one Ray task on its own GPU
-(or CPU slot); without it, the models run one after another. A finished model leaves its summary in
-``OUT/.study/`` (keyed by the model and every setting that changes it), so a rerun recomputes only the models
-that did not finish.
+(or CPU slot); without it, the models run one after another in this process, each model's weights loaded
+once for all its stages and released before the next model loads (its resolution, tokenizer and config,
+read by the check before any model runs, are read once: :func:`countlens.llm.models.model_pool`). A
+finished model leaves its summary in ``OUT/.study/`` (keyed by the model and every setting that changes it),
+so a rerun recomputes only the models that did not finish.
 
 Then the comparison across models (:class:`StudyResult`): ``study.json`` and ``study.csv`` (one row per
 model: best validation-selected probe accuracy and where, gap and effective-rank ratios after the first,
@@ -29,6 +31,7 @@ from countlens.core.errors import ConfigError, UsageError
 from countlens.core.locations import location_label, location_names
 from countlens.core.results import Result, result_provenance
 from countlens.llm.experiments import CaptureResult, preflight_capture
+from countlens.llm.models import model_pool
 from countlens.pipeline.presets import PRESETS
 from countlens.pipeline.reproduce import ACTS_PLACE, capture_config, reproduce
 from countlens.pipeline.study_report import (
@@ -236,10 +239,11 @@ def run_study(config: StudyConfig, out: str | Path, ray: str | None = None,
         from countlens.llm.distributed import parse_target
 
         parse_target(ray)  # a bad target is refused before any work
-    for job in todo:
-        preflight_model(out, job)
-    out.mkdir(parents=True, exist_ok=True)
-    failures = (_run_on_ray if ray is not None else _run_in_turn)(todo, out, ray, cache, summaries, log)
+    with model_pool():  # every model resolved and read once; each one's weights released after its turn
+        for job in todo:
+            preflight_model(out, job)
+        out.mkdir(parents=True, exist_ok=True)
+        failures = (_run_on_ray if ray is not None else _run_in_turn)(todo, out, ray, cache, summaries, log)
     result = StudyResult(config=asdict(config), models=[ModelSummary(**summaries[j["name"]]) for j in jobs
                                                         if j["name"] in summaries],
                          provenance=result_provenance(config))

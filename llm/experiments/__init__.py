@@ -1,5 +1,6 @@
 """The llm room's experiments, one per module: the capture (:mod:`.capture`), Figure 9a's boundary patching
-(:mod:`.patching`) and Figure 9b's steering along the probe (:mod:`.steering`). Each is a validated config,
+(:mod:`.patching`), Figure 9b's steering at the boundary (:mod:`.steering`) and Figure 13's lenses
+(:mod:`.lens`). Each is a validated config,
 ``run_x(config, ...) -> XResult`` and a result that saves into a folder (:class:`countlens.core.results.Result`);
 :mod:`.options` sets a config's settings by name, nested ones included."""
 
@@ -18,8 +19,15 @@ from countlens.llm.experiments.capture import (
     random_init_model,
     run_capture,
 )
+from countlens.llm.experiments.heads import HeadsConfig, HeadsResult, plan_heads, run_heads
+from countlens.llm.experiments.lens import LensConfig, LensResult, run_lens
 from countlens.llm.experiments.options import option_value, with_options
 from countlens.llm.experiments.patching import PatchingConfig, PatchingResult, boundary_vectors, run_patching
+from countlens.llm.experiments.positions import (
+    PositionPatchingConfig,
+    PositionPatchingResult,
+    run_position_patching,
+)
 from countlens.llm.experiments.steering import (
     SteeringConfig,
     SteeringResult,
@@ -29,8 +37,9 @@ from countlens.llm.experiments.steering import (
 )
 from countlens.llm.models import ModelSpec
 
-__all__ = ["ACTS_DTYPES", "PADDING_SIDES", "SHARD_ROWS", "CaptureConfig", "CapturePlan", "plan_capture",
+__all__ = ["HeadsConfig", "HeadsResult", "plan_heads", "run_heads", "ACTS_DTYPES", "PADDING_SIDES", "SHARD_ROWS", "CaptureConfig", "CapturePlan", "plan_capture",
            "preflight_capture", "CaptureResult", "capture_runner", "run_capture", "find_pairs", "random_init_model",
            "capture_is_whole", "option_value", "with_options", "ModelSpec", "PatchingConfig", "PatchingResult",
-           "run_patching", "boundary_vectors", "SteeringConfig", "SteeringResult", "probe_direction",
-           "capture_model", "run_steering"]
+           "run_patching", "boundary_vectors", "PositionPatchingConfig", "PositionPatchingResult",
+           "run_position_patching", "SteeringConfig", "SteeringResult", "probe_direction",
+           "capture_model", "run_steering", "LensConfig", "LensResult", "run_lens"]

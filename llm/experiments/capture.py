@@ -5,24 +5,42 @@ model (hub revision included), build and check the prompts (chat template, items
 locations, check the context length — so a capture that cannot work is refused before any weights are
 read; :func:`preflight_capture` is that check alone. :func:`run_capture` then loads the weights and writes
 the folder shard by shard (``countlens.core.store``), resuming the shards an interrupted run left.
+
+The plan also knows the capture's size on disk before any weights load (:meth:`CapturePlan.disk_bytes`: rows
+x locations x d x bytes, and the other columns): a capture the disk cannot hold is refused then
+(:func:`check_disk`), and an items capture (``positions="items"``, one row per item and boundary) says its
+size before it starts.
 """
 
 from __future__ import annotations
 
+import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
+
+import numpy as np
 
 from countlens.core.errors import ConfigError, UsageError, literal
 from countlens.core.io import provenance, to_jsonable, write_json_atomic
 from countlens.core.results import Result, result_provenance
 from countlens.core.store import ActivationWriter, existing_capture, load_capture, read_meta
-from countlens.llm.answers import ANSWER_TOKENS, answering_runner, check_generation_prompt
+from countlens.llm.answers import (
+    ANSWER_TOKENS,
+    answer_candidates,
+    answering_runner,
+    candidate_token_ids,
+    check_generation_prompt,
+)
 from countlens.llm.capture import (
     BACKENDS,
+    POSITIONS,
     capture_shard,
     context_length,
+    hidden_size,
+    kept_positions,
     length_sorted,
     model_facts,
     n_blocks_of,
@@ -46,6 +64,10 @@ from countlens.llm.prompts import (
     PromptSettings,
     boundary_tokens,
     build_prompts,
+    instruction_parts,
+    item_positions,
+    pair_name,
+    render,
     single_token_pairs,
 )
 
@@ -73,11 +95,20 @@ class CaptureConfig(ExperimentConfig):
     ``shard_rows`` prompts, the unit an interrupted run resumes from; ``batch_size`` and ``padding_side``
     change the vectors only by float rounding.
 
+    ``positions``: ``"boundary"`` keeps each prompt's boundary row (one row per prompt); ``"items"`` keeps,
+    from the same forward pass, also the row of every item token — one row per (prompt, position), each
+    prompt's items in order and then its boundary, with the columns ``prompt_id``, ``position``,
+    ``item_index``, ``is_target`` and ``running_count`` (:mod:`countlens.core.store`); a shard then holds its
+    ``shard_rows`` prompts' rows, so lower ``shard_rows`` to bound the memory one shard takes.
+
     ``answers`` also records the model's own answer to every prompt (columns ``answer_text``, ``answer``,
     ``answer_logprob``; :mod:`countlens.llm.answers`), up to ``answer_tokens`` greedy tokens decoded from the
     capture's own prompt pass (its KV cache) — which is why answers are a capture option rather than a pass
-    over an existing capture: they cost a few decode steps, not a second prompt pass. The whole model then
-    runs (no early stop) in left-padded batches. ``random_init`` captures a model of the same architecture
+    over an existing capture: they cost a few decode steps, not a second prompt pass — and the answer as a
+    distribution over the counts ``min(counts)..max(counts)`` (``meta["answer_candidates"]``): every
+    candidate's teacher-forced log-probability (``answer_logprobs``), the expected count (``answer_expected``)
+    and the correct count's rank (``answer_rank``), scored from the same pass's logits and cache. The whole
+    model then runs (no early stop) in left-padded batches. ``random_init`` captures a model of the same architecture
     and tokenizer with freshly initialised weights (seed ``init_seed``): the baseline a probe must beat.
 
     Every setting has one name wherever it is set: ``with_options`` sets the nested ones by name too
@@ -92,6 +123,7 @@ class CaptureConfig(ExperimentConfig):
     acts_dtype: str = "float32"
     padding_side: str = "right"
     shard_rows: int = SHARD_ROWS
+    positions: str = "boundary"
     answers: bool = False
     answer_tokens: int = ANSWER_TOKENS
     random_init: bool = False
@@ -101,7 +133,8 @@ class CaptureConfig(ExperimentConfig):
         """Raise :class:`ConfigError` naming the field of a config that cannot run."""
         self.model.validate()
         self.prompts.validate()
-        choices = {"backend": BACKENDS, "acts_dtype": ACTS_DTYPES, "padding_side": PADDING_SIDES}
+        choices = {"backend": BACKENDS, "acts_dtype": ACTS_DTYPES, "padding_side": PADDING_SIDES,
+                   "positions": POSITIONS}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ConfigError(name, f"{{{name}}} must be one of {', '.join(allowed)}, got "
@@ -116,7 +149,8 @@ class CaptureConfig(ExperimentConfig):
 @dataclass
 class CapturePlan:
     """A checked capture before any weights are read: where the model is, its tokenizer, the prompts
-    (length-sorted), the location indices (``None`` = all), the resume key and the context length."""
+    (length-sorted), the location indices (``None`` = all), the resume key, the number of blocks, the
+    residual width ``d``, and for an items capture each token pair's target token ids (``targets``)."""
 
     config: CaptureConfig
     ref: ModelRef
@@ -125,10 +159,59 @@ class CapturePlan:
     locations: list[int] | None
     key: dict[str, Any]
     n_blocks: int
+    d: int = 0
+    targets: dict[str, set[int]] | None = None
+
+    @property
+    def candidates(self) -> list[int] | None:
+        """The counts whose answers a capture with answers scores (:func:`~countlens.llm.answers.answer_candidates`)."""
+        return answer_candidates(self.config.prompts.counts) if self.config.answers else None
+
+    def n_locations(self) -> int:
+        """The locations each row stores (the transformer-lens backend adds its ``hook_resid_mid`` ones)."""
+        kept = list(range(self.n_blocks + 1)) if self.locations is None else self.locations
+        return len(kept) + (max(1, max(kept)) if self.config.backend == "transformer-lens" else 0)
+
+    def rows(self, prompts: list[Prompt] | None = None) -> int:
+        """The rows ``prompts`` (default: all) take: one per prompt, or per kept position of an items capture."""
+        return sum(len(kept_positions(p, self.config.positions)) for p in (self.prompts if prompts is None
+                                                                          else prompts))
+
+    def disk_bytes(self, prompts: list[Prompt] | None = None) -> tuple[int, int]:
+        """(activation bytes, other columns' bytes) ``prompts`` (default: all) take on disk: rows x
+        locations x d x bytes, and each row's prompt text and scalar columns (candidates with answers)."""
+        prompts = self.prompts if prompts is None else prompts
+        per_row = self.n_locations() * self.d * np.dtype(self.config.acts_dtype).itemsize
+        scalar = 64 + (8 * (1 + len(self.candidates)) + 64 if self.config.answers else 0)
+        acts = other = 0
+        for p in prompts:
+            k = len(kept_positions(p, self.config.positions))
+            acts += k * per_row
+            other += k * (len(p.prompt.encode("utf-8")) + scalar)
+        return acts, other
+
+    def shard_memory(self) -> int:
+        """The bytes the largest shard's activations take in memory while it is captured (float32)."""
+        return max(self.rows(shard) for shard in self.shards()) * self.n_locations() * self.d * 4
+
+    def size_text(self, free: int | None = None) -> str:
+        """One line: the capture's expected size on disk, its formula, the free space (``free`` bytes) and
+        what one shard holds in memory."""
+        acts, other = self.disk_bytes()
+        text = (f"expected size on disk: {self.rows():,} rows ({len(self.prompts):,} prompts) x {self.n_locations()} "
+                f"locations x {self.d} dims x {np.dtype(self.config.acts_dtype).itemsize} bytes = {_size(acts)}"
+                f" + {_size(other)} of other columns")
+        return (text + (f"; {_size(free)} free" if free is not None else "")
+                + f"; one shard of {self.config.shard_rows} prompts takes {_size(self.shard_memory())} in memory")
 
     def meta(self, facts: dict[str, Any]) -> dict[str, Any]:
         """The capture's ``meta.json`` given the loaded model's :func:`~countlens.llm.capture.model_facts`."""
         c, settings = self.config, self.config.prompts
+        extra: dict[str, Any] = {}
+        if c.positions != "boundary":
+            extra.update(positions=c.positions, n_prompt_rows=len(self.prompts))
+        if c.answers:
+            extra["answer_candidates"] = self.candidates
         return {
             **facts, "dtype": c.acts_dtype, "backend": c.backend, "settings": self.key,
             "token_pairs": settings.pairs, "configurations": {k: CONFIGURATIONS[k] for k in settings.configs},
@@ -137,12 +220,24 @@ class CapturePlan:
             "n_prompts": len(self.prompts), "shard_rows": c.shard_rows, "max_tokens": self.prompts[-1].n_tokens,
             "provenance": provenance({"settings": self.key, "batch_size": c.batch_size,
                                       "padding_side": c.padding_side, "device": c.model.device}),
+            **extra,
         }
 
     def shards(self) -> list[list[Prompt]]:
         """The prompts in shards of ``shard_rows``, in the order they are written."""
         rows = self.config.shard_rows
         return [self.prompts[i:i + rows] for i in range(0, len(self.prompts), rows)]
+
+    def shard_start(self, index: int) -> int:
+        """The plan row (``prompt_id``) of shard ``index``'s first prompt."""
+        return index * self.config.shard_rows
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
 
 
 def plan_capture(config: CaptureConfig, progress: bool = True) -> CapturePlan:
@@ -154,7 +249,10 @@ def plan_capture(config: CaptureConfig, progress: bool = True) -> CapturePlan:
     context.
     """
     config.validate()
-    ref = config.model.resolve(progress)
+    if config.positions == "items" and max(config.prompts.counts) == 0:
+        raise ConfigError("positions", "{positions:items} follows the count over the items, but {counts} are all 0 "
+                                       "(no prompt has a target); add counts above 0", also=("counts",))
+    ref = config.model.resolve(progress, template=config.prompts.template)  # a GGUF's template: from its header
     tokenizer = load_tokenizer(ref)
     model_config = load_model_config(ref)
     n_blocks = n_blocks_of(model_config)
@@ -166,20 +264,91 @@ def plan_capture(config: CaptureConfig, progress: bool = True) -> CapturePlan:
     if n_ctx is not None and longest > n_ctx:
         raise ConfigError("L", f"the longest prompt has {longest} tokens but the model's context is {n_ctx}; "
                                "lower {L}")
-    return CapturePlan(config, ref, tokenizer, prompts, locations, _settings_key(config, locations), n_blocks)
+    if config.answers:
+        _check_candidates(tokenizer, config, n_ctx, longest)
+    targets = None
+    if config.positions == "items":
+        if all(p.first_item_index < 0 for p in prompts):
+            raise ConfigError("positions", "{positions:items}: the prompts hold no items to keep; use "
+                                           "{positions:boundary}")
+        targets = target_token_ids(tokenizer, config.prompts)
+    return CapturePlan(config, ref, tokenizer, prompts, locations, _settings_key(config, locations), n_blocks,
+                       hidden_size(model_config), targets)
+
+
+def _check_candidates(tokenizer, config: CaptureConfig, n_ctx: int | None, longest: int) -> None:
+    """``ConfigError`` where a candidate answer encodes to no tokens, or where the longest prompt and the
+    longest candidate answer do not fit the model's context together."""
+    counts = answer_candidates(config.prompts.counts)
+    try:
+        ids = candidate_token_ids(tokenizer, counts, config.prompts.template)
+    except ValueError as exc:
+        raise ConfigError("counts", literal(f"{exc}; the tokenizer cannot write these answers") + " ({counts})"
+                          ) from None
+    tokens = max(len(t) for t in ids)
+    if n_ctx is not None and longest + tokens > n_ctx:
+        raise ConfigError("L", f"the longest prompt ({longest} tokens) and the longest candidate answer "
+                               f"({tokens} tokens, of the counts {counts[0]}..{counts[-1]}) exceed the model's "
+                               f"context of {n_ctx} tokens; lower {{L}} or the largest of {{counts}}",
+                          also=("counts",))
+
+
+def target_token_ids(tokenizer, settings: PromptSettings) -> dict[str, set[int]]:
+    """Per token pair (its name), the token ids of its target item in these prompts: the items of a short
+    rendering in each wording, found as :func:`~countlens.llm.prompts.build_prompts` finds them (character
+    spans and the tokenizer's offsets)."""
+    items = np.array([1, 0, 0, 1, 1, 0], dtype=np.int8)  # each item first, last and beside both
+    out: dict[str, set[int]] = {}
+    for pair in settings.pairs:
+        found: set[int] = set()
+        for wording in settings.configs:
+            instruction, spans = instruction_parts(wording, pair, items)
+            text, special, start = render(tokenizer, instruction, settings.template)
+            enc = tokenizer(text, add_special_tokens=special, return_offsets_mapping=True)
+            where = item_positions(enc["offset_mapping"], spans + start)
+            found |= {int(enc["input_ids"][i]) for i in where[items == 1] if i >= 0}
+        out[pair_name(pair)] = found
+    return out
 
 
 def preflight_capture(config: CaptureConfig, out: str | Path | None = None, progress: bool = True) -> None:
     """Every check of :func:`plan_capture`, and (given ``out``) that ``out`` is empty or holds this same
-    capture; raises :class:`UsageError`, reads no weights, writes nothing."""
+    capture and that its disk holds the capture (:func:`check_disk`); raises :class:`UsageError`, reads no
+    weights, writes nothing."""
     plan = plan_capture(config, progress)
     if out is not None:
         existing_capture(out, plan.key)
+        check_disk(plan, out)
+
+
+def free_bytes(out: str | Path) -> int:
+    """The free bytes of the disk ``out`` is (or will be) on."""
+    path = Path(out).resolve()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return shutil.disk_usage(path).free
+
+
+def check_disk(plan: CapturePlan, out: str | Path, done: set[int] = frozenset()) -> int:
+    """The free bytes at ``out``; a one-line ``ConfigError`` naming the fix where the shards still to write
+    (all but ``done``) would not fit."""
+    todo = [p for s, shard in enumerate(plan.shards()) if s not in done for p in shard]
+    need = sum(plan.disk_bytes(todo))
+    free = free_bytes(out)
+    if need > free:
+        smaller = "keep fewer {locations}" + (", store {acts_dtype:float16}" if plan.config.acts_dtype == "float32"
+                                              else "")
+        raise ConfigError("out", f"the capture needs about {_size(need)} on disk but {literal(out)} has "
+                                 f"{_size(free)} free; {smaller}, capture fewer prompts (fewer {{counts}}, "
+                                 "{seeds} or {pairs}) or choose another {out}",
+                          also=("locations", "acts_dtype", "counts", "seeds", "pairs"))
+    return free
 
 
 @dataclass
 class CaptureResult(Result):
-    """A finished capture: its folder, its number of rows (prompts) and its ``meta.json``; ``provenance``
+    """A finished capture: its folder, its number of rows (one per prompt, or per prompt and position of an
+    items capture; ``meta["n_prompts"]`` counts the prompts) and its ``meta.json``; ``provenance``
     is that of the config that asked for it (the folder's ``meta.json`` holds the capture's own)."""
 
     FILE: ClassVar[str] = "capture.json"
@@ -213,19 +382,23 @@ def capture_runner(plan: CapturePlan, loaded: LoadedModel | None = None, progres
                             tokenizer=plan.tokenizer)
     if config.answers:
         runner = answering_runner(loaded, plan.locations, config.batch_size, config.answer_tokens,
-                                  config.prompts.template)
+                                  config.prompts.template, plan.candidates, config.positions)
     else:
-        runner = shard_runner(loaded, plan.locations, config.backend, config.padding_side, config.batch_size)
+        runner = shard_runner(loaded, plan.locations, config.backend, config.padding_side, config.batch_size,
+                              config.positions)
+    runner.targets = plan.targets
     return loaded, runner
 
 
 def run_capture(config: CaptureConfig, out: str | Path, *, loaded: LoadedModel | None = None,
-                progress: bool = True) -> CaptureResult:
-    """Capture the boundary residual stream of every prompt of ``config`` into the folder ``out``.
+                progress: bool = True, notify: Callable[[str], Any] | None = None) -> CaptureResult:
+    """Capture the boundary residual stream of every prompt of ``config`` (and, with ``positions="items"``,
+    of every item) into the folder ``out``.
 
     ``loaded`` reuses a model already loaded from ``config.model``. A finished capture with the same
     settings is returned as it is; an interrupted one resumes from its finished shards; a folder holding
-    anything else is refused (:class:`UsageError`), all before the weights load.
+    anything else, or a capture the disk cannot hold (:func:`check_disk`), is refused (:class:`UsageError`),
+    all before the weights load. ``notify(line)`` is told an items capture's expected size on disk then.
     """
     from tqdm.auto import tqdm
 
@@ -234,6 +407,10 @@ def run_capture(config: CaptureConfig, out: str | Path, *, loaded: LoadedModel |
     old = existing_capture(out, plan.key)
     if old is not None and old.get("complete") and capture_is_whole(out):
         return CaptureResult.from_folder(out, config)
+    present = _present_shards(out, len(plan.shards())) if old is not None else set()
+    free = check_disk(plan, out, present)
+    if notify is not None and config.positions != "boundary":
+        notify(plan.size_text(free))
     loaded, runner = capture_runner(plan, loaded, progress)
     writer = ActivationWriter(out, plan.meta(model_facts(loaded, runner.names)))
     shards = plan.shards()
@@ -247,10 +424,10 @@ def run_capture(config: CaptureConfig, out: str | Path, *, loaded: LoadedModel |
     try:
         for s, shard in enumerate(shards):
             if s not in done:
-                writer.write_shard(s, capture_shard(runner, shard, bar.update))
+                writer.write_shard(s, capture_shard(runner, shard, bar.update, plan.shard_start(s)))
     finally:
         bar.close()
-    writer.finish({"n_rows": len(plan.prompts), "capture_seconds": round(time.perf_counter() - started, 3)})
+    writer.finish({"n_rows": plan.rows(), "capture_seconds": round(time.perf_counter() - started, 3)})
     return CaptureResult.from_folder(out, config)
 
 
@@ -260,6 +437,14 @@ def find_pairs(config: CaptureConfig, candidates=CANDIDATE_PAIRS) -> dict[str, s
     config.prompts.validate()
     tokenizer = load_tokenizer(config.model.resolve())
     return single_token_pairs(tokenizer, candidates, config.prompts.configs, config.prompts.template)
+
+
+def _present_shards(out: Path, n_shards: int) -> set[int]:
+    """The shard folders ``out`` already holds (by name; their contents are checked once the writer opens)."""
+    folder = out / "shards"
+    if not folder.is_dir():
+        return set()
+    return {int(p.name) for p in folder.iterdir() if p.name.isdigit() and int(p.name) < n_shards}
 
 
 def _location_indices(spec: str | None, n_blocks: int) -> list[int] | None:
@@ -284,8 +469,12 @@ def _settings_key(config: CaptureConfig, locations: list[int] | None) -> dict[st
         key["revision"] = spec.revision
     if spec.trust_remote_code:
         key["trust_remote_code"] = True
+    if config.positions != "boundary":
+        key["positions"] = config.positions
     if config.answers:
         key["answer_tokens"] = int(config.answer_tokens)
+        # the answer as a distribution over these counts: a folder from before it was recorded does not resume
+        key["answer_candidates"] = [min(config.prompts.counts), max(config.prompts.counts)]
     if config.random_init:
         key["random_init_seed"] = int(config.init_seed)
     return key
@@ -318,5 +507,5 @@ def capture_is_whole(out_dir: Path) -> bool:
 
 
 __all__ = ["ACTS_DTYPES", "PADDING_SIDES", "SHARD_ROWS", "check_positive", "CaptureConfig", "CapturePlan",
-           "plan_capture", "preflight_capture", "CaptureResult", "capture_runner", "run_capture", "find_pairs",
-           "random_init_model", "capture_is_whole"]
+           "plan_capture", "target_token_ids", "preflight_capture", "free_bytes", "check_disk", "CaptureResult",
+           "capture_runner", "run_capture", "find_pairs", "random_init_model", "capture_is_whole"]

@@ -1,8 +1,17 @@
 """Figure 9a, boundary activation patching: a :class:`PatchingConfig` in, a :class:`PatchingResult` out
-(``patching.json`` and ``patching.csv``). The edit itself is :class:`countlens.llm.patching.BoundaryEdit`."""
+(``patching.json`` and ``patching.csv``). The edit itself is :class:`countlens.llm.patching.BoundaryEdit`.
+
+Beside the greedy answer (which a weak model leaves at "1" whatever is patched), every answer is scored as a
+distribution over the candidate counts (docs/definitions.md §2, :mod:`countlens.llm.answers`): the normalised
+logit difference ``(LD_patched − LD_target) / (LD_source − LD_target)`` with ``LD = log p("n_s") −
+log p("n_t")`` (0: the target run's; 1: the source run's), and the shift of the expected count Σ k p(k). They
+move where the greedy answer does not, so they show a weak model's boundary too; they cannot say that the model
+would *answer* the source count (a rise of p("n_s") from 1e-4 to 1e-3 scores the same as one from 0.1 to 1).
+"""
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -13,14 +22,21 @@ import numpy as np
 from countlens.core.errors import ConfigError
 from countlens.core.locations import location_label, location_names
 from countlens.core.results import Result, result_provenance
-from countlens.llm.answers import ANSWER_TOKENS, answer_prompts
-from countlens.llm.capture import BoundaryCapture, find_blocks, pad_batch, pad_token_id
+from countlens.llm.answers import (
+    ANSWER_TOKENS,
+    MIN_LD_GAP,
+    answer_distribution,
+    candidate_logprobs,
+    candidate_token_ids,
+    normalised_ld,
+)
+from countlens.llm.capture import BoundaryCapture, context_length, n_blocks_of, pad_batch, pad_token_id
 from countlens.llm.experiments.capture import check_positive
 from countlens.llm.experiments.options import ExperimentConfig
 from countlens.llm.hooks import residual_locations
-from countlens.llm.models import LoadedModel, ModelSpec
-from countlens.llm.patching import edited_answers
-from countlens.llm.prompts import PromptSettings, build_prompts
+from countlens.llm.models import LoadedModel, ModelRef, ModelSpec, load_model_config, load_tokenizer
+from countlens.llm.patching import scored_answers
+from countlens.llm.prompts import Prompt, PromptSettings, build_prompts
 
 
 @dataclass
@@ -29,8 +45,11 @@ class PatchingConfig(ExperimentConfig):
     wording, token pair and draw): target count ``targets[i]`` is patched with source count ``sources[i]`` at
     every location of ``locations`` (a spec for :func:`countlens.core.locations.resolve_locations`; default
     all), with ``model`` (:class:`~countlens.llm.models.ModelSpec`); each answer is at most
-    ``answer_tokens`` greedy tokens. The default ``L = 64`` keeps the prompts short: the experiment costs
-    one prompt pass per pair and location, and small counts are where a 135M model answers at all."""
+    ``answer_tokens`` greedy tokens; every candidate answer of the count range is also teacher-forced from the
+    same prompt pass (``normalised_ld``, the expected count), pairs whose source and target logit
+    differences are closer than ``min_gap`` nats left out of ``normalised_ld``. The default ``L = 64`` keeps the
+    prompts short: the experiment costs one prompt pass per pair and location, and small counts are where a
+    135M model answers at all."""
 
     model: ModelSpec = field(default_factory=ModelSpec)
     L: int = 64
@@ -44,6 +63,7 @@ class PatchingConfig(ExperimentConfig):
     locations: str | None = None
     batch_size: int = 16
     answer_tokens: int = ANSWER_TOKENS
+    min_gap: float = MIN_LD_GAP
 
     def validate(self) -> PatchingConfig:
         """Raise :class:`ConfigError` naming the field of a config that cannot run."""
@@ -62,6 +82,8 @@ class PatchingConfig(ExperimentConfig):
             raise ConfigError("sources", "a source count equals its target count in {sources} and {targets}; a "
                                          "patch must change the count", also=("targets",))
         check_positive(self, "batch_size", "answer_tokens")
+        if not float(self.min_gap) > 0:
+            raise ConfigError("min_gap", f"{{min_gap}} must be > 0 nats, got {self.min_gap}")
         self.prompt_settings().validate()
         return self
 
@@ -94,7 +116,14 @@ class PatchingResult(RowsCSV, Result):
     """Per location (``locations``): ``moved_to_source`` (fraction of patched answers equal to ``n_s``),
     ``mean_shift`` (mean patched − clean parsed answer, over rows where both parse), ``mean_relative_shift``
     (the same divided by ``n_s − n_t``: 1 = all the way to the source), ``logprob_change`` (mean change of
-    the target's correct-answer log-probability, nats), ``parsed`` (patched answers that parse).
+    the target's correct-answer log-probability, nats), ``parsed`` (patched answers that parse); and the scores
+    that do not need the greedy answer to move (docs/definitions.md §2): ``normalised_ld`` (mean over the
+    normalised pairs of ``(LD_patched − LD_target) / (LD_source − LD_target)``, ``LD = log p("n_s") −
+    log p("n_t")``, every answer token teacher-forced: 0 = the target run, 1 = the source run),
+    ``expected_shift`` (mean shift of the expected count Σ k p(k) over the candidates ``candidates``),
+    ``expected_relative_shift`` (the same divided by ``n_s − n_t``) and ``logp_source_change`` (mean change of
+    log p("n_s")). ``unnormalised``: the pairs (``"seed/config/pair/n_s->n_t"``) whose
+    ``|LD_source − LD_target|`` is below ``min_gap``: left out of ``normalised_ld``, never divided by.
     ``rows``: one record per (pair of prompts, location), also written as ``patching.csv``."""
 
     FILE: ClassVar[str] = "patching.json"
@@ -108,6 +137,10 @@ class PatchingResult(RowsCSV, Result):
     rows: list[dict[str, Any]]
     seconds: float = 0.0
     provenance: dict[str, Any] = field(default_factory=dict)
+    candidates: list[int] = field(default_factory=list)
+    clean_expected: float | None = None
+    unnormalised: list[str] = field(default_factory=list)
+    n_unnormalised: int = 0
 
 
 def answer_shift(after: int | None, before: int | None) -> int | None:
@@ -116,61 +149,137 @@ def answer_shift(after: int | None, before: int | None) -> int | None:
 
 
 def mean_or_none(values) -> float | None:
-    """The mean of the values that are not ``None``; ``None`` when none is left."""
-    values = [v for v in values if v is not None]
+    """The mean of the values that are not ``None`` (nor NaN); ``None`` when none is left."""
+    values = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
     return float(np.mean(values)) if values else None
 
 
-def run_patching(config: PatchingConfig, *, loaded: LoadedModel | None = None,
-                 progress: bool = False) -> PatchingResult:
-    """Figure 9a. One capture pass over the source prompts gives their boundary vectors; each (target,
-    location) is then one patched prompt pass plus a few decode steps, batched across locations. Only the
-    boundary position is patched (see :mod:`countlens.llm.patching`). ``loaded`` reuses a model already
-    loaded from ``config.model``."""
-    import torch
+@dataclass
+class PatchingPlan:
+    """A checked Figure 9a run before any weights are read: the model's files, its tokenizer, the (source,
+    target) prompt pairs, the location indices and the model's number of blocks."""
 
+    config: PatchingConfig
+    ref: ModelRef
+    tokenizer: Any
+    pairs: list[tuple[Prompt, Prompt]]
+    locations: list[int]
+    n_blocks: int
+
+
+def plan_patching(config: PatchingConfig, progress: bool = False) -> PatchingPlan:
+    """Check ``config`` with the tokenizer and the model's config alone (no weights are read): the prompts
+    (items one token each, the chat template), the locations, the context length."""
     config.validate()
-    started = time.perf_counter()
-    loaded = loaded or config.model.load(progress)
-    model, tok = loaded.model, loaded.tokenizer
-    n_blocks = len(find_blocks(model))
-    names = location_names(n_blocks)
-    locs = residual_locations(config.locations, n_blocks)
+    ref = config.model.resolve(progress)
+    tokenizer = load_tokenizer(ref)
+    model_config = load_model_config(ref)
+    n_blocks = n_blocks_of(model_config)
+    locations = residual_locations(config.locations, n_blocks)
     prompts, seen = {}, Counter()
-    for p in build_prompts(tok, config.prompt_settings()):
+    for p in build_prompts(tokenizer, config.prompt_settings()):
         group = (p.seed, p.config, p.pair, p.n)
         prompts[(*group, seen[group])] = p
         seen[group] += 1
     pairs = [(prompts[(s, c, pr, int(n_s), k)], p) for n_s, n_t in zip(config.sources, config.targets, strict=True)
              for (s, c, pr, n, k), p in prompts.items() if n == int(n_t)]
-    targets = [t for _, t in pairs]
+    n_ctx = context_length(model_config)
+    longest = max(len(c) for c in candidate_token_ids(tokenizer, patching_candidates(config), config.template))
+    needed = max(p.n_tokens for pair in pairs for p in pair) + max(longest, int(config.answer_tokens)) - 1
+    if n_ctx is not None and needed > n_ctx:
+        raise ConfigError("L", f"the longest prompt and its answer take {needed} tokens but the model's context "
+                               f"is {n_ctx}; lower {{L}}")
+    return PatchingPlan(config, ref, tokenizer, pairs, locations, n_blocks)
+
+
+def patching_candidates(config: PatchingConfig) -> list[int]:
+    """The candidate answers of Figure 9a's distributions: every count of the prompt set's range
+    ``min..max`` of the sources and targets."""
+    counts = [int(c) for c in [*config.sources, *config.targets]]
+    return list(range(min(counts), max(counts) + 1))
+
+
+def run_patching(config: PatchingConfig, *, loaded: LoadedModel | None = None,
+                 progress: bool = False) -> PatchingResult:
+    """Figure 9a. One capture pass over the source prompts gives their boundary vectors, one more their
+    candidates' scores; each (target, location) is then one patched prompt pass, batched across locations, from
+    whose logits and cache every candidate answer is teacher-forced and the greedy answer decoded
+    (:func:`~countlens.llm.patching.scored_answers`). Only the boundary position is patched
+    (see :mod:`countlens.llm.patching`). Bad input is refused before the weights load (:func:`plan_patching`);
+    ``loaded`` reuses a model already loaded from ``config.model``."""
+    import torch
+
+    plan = plan_patching(config, progress)
+    started = time.perf_counter()
+    loaded = loaded or config.model.load(progress, tokenizer=plan.tokenizer)
+    model, tok = loaded.model, loaded.tokenizer
+    names = location_names(plan.n_blocks)
+    locs, pairs = plan.locations, plan.pairs
+    sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
+    candidates = patching_candidates(config)
     with torch.inference_mode():
-        vectors = boundary_vectors(model, tok, [s for s, _ in pairs], locs, config.batch_size)  # (P, locs, d)
-        clean = answer_prompts(model, tok, targets, config.template, config.batch_size, config.answer_tokens)
+        vectors = boundary_vectors(model, tok, sources, locs, config.batch_size)  # (P, locs, d)
+        clean = scored_answers(model, tok, targets, candidates, config.template, config.batch_size,
+                               config.answer_tokens)
         edits = [(loc, "replace", vectors[i, j]) for j, loc in enumerate(locs) for i in range(len(pairs))]
-        patched = edited_answers(model, tok, targets * len(locs), edits, config.template, config.batch_size,
-                                 config.answer_tokens)
+        patched = scored_answers(model, tok, targets * len(locs), candidates, config.template, config.batch_size,
+                                 config.answer_tokens, edits)
+        lp_source = candidate_logprobs(model, tok, sources, candidates, config.template, config.batch_size)
+    lp_target, lp_patched = clean.candidate_logprobs, patched.candidate_logprobs
+    at = {k: i for i, k in enumerate(candidates)}
+    n_s = np.array([s.n for s in sources])
+    n_t = np.array([t.n for t in targets])
+
+    def ld(lp, rows):  # log p("n_s") − log p("n_t") of each pair's rows
+        return lp[rows, [at[k] for k in n_s]] - lp[rows, [at[k] for k in n_t]]
+
+    every = np.arange(len(pairs))
+    ld_target, ld_source = ld(lp_target, every), ld(lp_source, every)
+    dist_target = answer_distribution(lp_target, candidates, n_t)
+    dist_source = answer_distribution(lp_source, candidates, n_s)
+    dist_patched = answer_distribution(lp_patched, candidates, np.tile(n_t, len(locs)))
+    gap_ok = np.abs(ld_source - ld_target) >= float(config.min_gap)
     rows, per_location = [], []
     for j, loc in enumerate(locs):
         mine = []
+        here = j * len(pairs) + every
+        ld_patched = ld(lp_patched, here)
+        score = normalised_ld(ld_patched, ld_source, ld_target, float(config.min_gap))
         for i, (src, tgt) in enumerate(pairs):
             r = j * len(pairs) + i
             shift = answer_shift(patched.answer[r], clean.answer[i])
+            expected_shift = float(dist_patched.expected[r] - dist_target.expected[i])
             mine.append({"location": names[loc], "location_index": loc, "seed": tgt.seed, "config": tgt.config,
                          "pair": tgt.pair, "n_source": src.n, "n_target": tgt.n,
                          "clean_answer_text": clean.answer_text[i], "clean_answer": clean.answer[i],
                          "patched_answer_text": patched.answer_text[r], "patched_answer": patched.answer[r],
                          "shift": shift, "relative_shift": None if shift is None else shift / (src.n - tgt.n),
-                         "logprob_change": patched.answer_logprob[r] - clean.answer_logprob[i]})
+                         "logprob_change": patched.answer_logprob[r] - clean.answer_logprob[i],
+                         "ld_target": float(ld_target[i]), "ld_source": float(ld_source[i]),
+                         "ld_patched": float(ld_patched[i]),
+                         "normalised_ld": float(score[i]) if np.isfinite(score[i]) else None,
+                         "expected_target": float(dist_target.expected[i]),
+                         "expected_source": float(dist_source.expected[i]),
+                         "expected_patched": float(dist_patched.expected[r]), "expected_shift": expected_shift,
+                         "expected_relative_shift": expected_shift / (src.n - tgt.n),
+                         "logp_source_change": float(lp_patched[r, at[src.n]] - lp_target[i, at[src.n]]),
+                         "rank_target": int(dist_target.rank[i]), "rank_patched": int(dist_patched.rank[r])})
         rows.extend(mine)
         per_location.append({"name": names[loc], "index": loc, "label": location_label(names[loc]),
                              "moved_to_source": float(np.mean([r["patched_answer"] == r["n_source"] for r in mine])),
                              "mean_shift": mean_or_none(r["shift"] for r in mine),
                              "mean_relative_shift": mean_or_none(r["relative_shift"] for r in mine),
                              "logprob_change": mean_or_none(r["logprob_change"] for r in mine),
-                             "parsed": sum(r["patched_answer"] is not None for r in mine)})
+                             "parsed": sum(r["patched_answer"] is not None for r in mine),
+                             "normalised_ld": mean_or_none(r["normalised_ld"] for r in mine),
+                             "expected_shift": mean_or_none(r["expected_shift"] for r in mine),
+                             "expected_relative_shift": mean_or_none(r["expected_relative_shift"] for r in mine),
+                             "logp_source_change": mean_or_none(r["logp_source_change"] for r in mine)})
+    unnormalised = [f"{t.seed}/{t.config}/{t.pair}/{s.n}->{t.n}" for (s, t), ok in zip(pairs, gap_ok, strict=True)
+                    if not ok]
     return PatchingResult(config.to_dict(), loaded.model_id, clean.accuracy([t.n for t in targets]), per_location,
-                          rows, round(time.perf_counter() - started, 3), result_provenance(config))
+                          rows, round(time.perf_counter() - started, 3), result_provenance(config), candidates,
+                          float(np.mean(dist_target.expected)), unnormalised, len(unnormalised))
 
 
 def boundary_vectors(model, tokenizer, prompts, locations: list[int], batch_size: int = 16):
@@ -187,5 +296,5 @@ def boundary_vectors(model, tokenizer, prompts, locations: list[int], batch_size
     return torch.cat(out)
 
 
-__all__ = ["PatchingConfig", "RowsCSV", "PatchingResult", "run_patching", "boundary_vectors", "answer_shift",
-           "mean_or_none"]
+__all__ = ["PatchingConfig", "RowsCSV", "PatchingResult", "PatchingPlan", "plan_patching", "patching_candidates",
+           "run_patching", "boundary_vectors", "answer_shift", "mean_or_none"]

@@ -90,6 +90,39 @@ def test_steer_errors_name_the_flag(capsys, capture_with_answers, tmp_path, argv
     assert not (tmp_path / "out").exists()
 
 
+def test_steer_in_count_units_along_mean_diff_needs_no_probes(capsys, capture_with_answers, tmp_path):
+    out = tmp_path / "out"
+    code, text, err = run_countlens(capsys, "llm", "steer", "--acts", str(capture_with_answers), "--direction",
+                                    "mean-diff", "--units", "count", "--location", "1", "--deltas=-1,0,1",
+                                    "--counts", "3,6", "--answer-tokens", "2", "--quiet", "--out", str(out))
+    assert code == 0, err
+    assert "along mean-diff (and a random control)" in text and "count units" in text
+    data = json.loads((out / "steering.json").read_text())
+    assert set(data["curves"]) == {"mean-diff", "random"} and data["probe_norm"] is None
+    assert [c["step_norm"] for c in data["curves"]["random"]] == pytest.approx(
+        [c["step_norm"] for c in data["curves"]["mean-diff"]])
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["--direction", "mean-diff"], ["--units readout (the default)", "--units count"]),
+    (["--direction", "up"], ["--direction must list distinct directions"]),
+    (["--units", "count", "--direction", "mean-diff", "--probes", ""], ["name the location", "--location"])])
+def test_steer_units_and_directions_errors_name_the_flag(capsys, capture_with_answers, tmp_path, argv, words):
+    probes_for(capture_with_answers, tmp_path / "probes.json")
+    code, _, err = run_countlens(capsys, "llm", "steer", "--acts", str(capture_with_answers), "--probes",
+                                 str(tmp_path / "probes.json"), *argv, "--out", str(tmp_path / "out"))
+    assert_one_line_error(code, err, *words)
+    assert not (tmp_path / "out").exists()
+
+
+def test_steer_in_count_units_without_a_capture_is_one_line(capsys, tmp_path):
+    (tmp_path / "empty").mkdir()
+    code, _, err = run_countlens(capsys, "llm", "steer", "--acts", str(tmp_path / "empty"), "--direction",
+                                 "mean-diff", "--units", "count", "--location", "1", "--out", str(tmp_path / "out"))
+    assert_one_line_error(code, err, "--acts", "not a countlens activation folder")
+    assert not (tmp_path / "out").exists()
+
+
 def test_patch_refuses_unpaired_counts(capsys, tiny_model_dir, tmp_path):  # noqa: F811
     code, _, err = run_countlens(capsys, "llm", "patch", "--model", str(tiny_model_dir), *SMALL, "--sources", "1,2",
                            "--targets", "3", "--out", str(tmp_path / "out"))
@@ -118,4 +151,57 @@ def test_answers_refused_on_a_model_without_a_generation_prompt(capsys, tiny_mod
     code, _, err = run_countlens(capsys, "llm", "capture", "--model", str(model), "--counts", "1,2", *SMALL, "--answers",
                            "--out", str(tmp_path / "out"))
     assert_one_line_error(code, err, "generation prompt", "--template plain")
+    assert not (tmp_path / "out").exists()
+
+
+def test_patch_positions_writes_result_csv_and_figure(capsys, tiny_model_dir, tmp_path):  # noqa: F811
+    code, out, err = run_countlens(capsys, "llm", "patch", "--model", str(tiny_model_dir), *SMALL, "--positions", "all",
+                                   "--counts", "2,5", "--flip", "first", "--out", str(tmp_path))
+    assert code == 0, err
+    assert {p.name for p in tmp_path.iterdir()} == {"position_patching.json", "position_patching.csv",
+                                                     "fig11_position_patching.png", "fig11_position_patching.pdf"}
+    data = json.loads((tmp_path / "position_patching.json").read_text())
+    assert data["flip"] == "first" and [p["n_clean"] for p in data["pairs"]] == [2, 5]
+    assert [loc["name"] for loc in data["locations"]] == read_meta_names(3)
+    assert "patched 2 prompt pairs" in out and "too close to normalise" in out
+
+
+def test_patch_boundary_reports_the_teacher_forced_scores(capsys, tiny_model_dir, tmp_path):  # noqa: F811
+    code, out, _ = run_countlens(capsys, "llm", "patch", "--model", str(tiny_model_dir), *SMALL, "--sources", "9,2",
+                                 "--targets", "2,9", "--answer-tokens", "2", "--min-gap", "1e-6",
+                                 "--out", str(tmp_path))
+    assert code == 0
+    data = json.loads((tmp_path / "patching.json").read_text())
+    assert {"normalised_ld", "expected_shift", "logp_source_change"} <= set(data["locations"][0])
+    assert data["candidates"] == list(range(2, 10)) and "normalised" in out
+
+
+@pytest.fixture
+def no_weights(monkeypatch):
+    """Loading any weights fails the test: the errors below must come from the tokenizer and config alone."""
+    from countlens.llm.models import ModelSpec
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the weights were loaded before the bad input was refused")
+
+    monkeypatch.setattr(ModelSpec, "load", refuse)
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["--positions", "all", "--counts", "0,3"], ["--counts must be >= 1", "no target to turn"]),
+    (["--positions", "items", "--counts", "3,20"], ["--counts must lie in 0..12 (at most --L)"]),
+    (["--positions", "all", "--sources", "3"], ["--sources is for --positions boundary", "--counts"]),
+    (["--flip", "first"], ["--flip is for --positions all", "--sources and --targets"]),
+    (["--counts", "3"], ["--counts is for --positions all"]),
+    (["--positions", "all", "--location-step", "0"], ["--location-step must be >= 1"]),
+    (["--positions", "all", "--min-gap", "0"], ["--min-gap must be > 0"]),
+    (["--min-gap", "-1"], ["--min-gap must be > 0"]),
+    (["--positions", "all", "--locations", "0:9"], ["--locations", "does not exist"]),
+    (["--positions", "all", "--batch-size", "0"], ["--batch-size must be >= 1"]),
+    (["--positions", "all", "--pairs", "a/a"], ["--pairs: a pair is two"])])
+def test_patch_positions_refuses_bad_input_before_the_model_loads(capsys, tiny_model_dir, tmp_path,  # noqa: F811
+                                                                   no_weights, argv, words):
+    code, _, err = run_countlens(capsys, "llm", "patch", "--model", str(tiny_model_dir), *SMALL, *argv,
+                                 "--out", str(tmp_path / "out"))
+    assert_one_line_error(code, err, *words)
     assert not (tmp_path / "out").exists()

@@ -56,6 +56,7 @@ def test_capture_and_prompts_commands(tiny_models, tmp_path, capsys):  # noqa: F
     (["--configs", "poem"], ["--configs must be among"]),
     (["--counts", "0:9"], ["--counts must lie in 0..8 (at most --L)"]),
     (["--answers", "--backend", "transformer-lens"], ["--answers needs --backend hf"]),
+    (["--positions", "items", "--counts", "0"], ["--positions items follows the count", "--counts are all 0"]),
     (["--device", "gpu"], ["--device must be one of"]),
     (["--revision", "v1"], ["--revision applies to hub ids"]),
 ])
@@ -151,3 +152,26 @@ def test_pairs_command_lists_single_token_pairs(tiny_models, capsys):  # noqa: F
     assert code == 0 and lines[:2] == ["a/b", "red/blue"] and "2 of 3 candidate pairs" in lines[-1]
     code, _, err = run_countlens(capsys, "llm", "pairs", "--model", str(tiny_models["llama"]), "--candidates", "a-b")
     assert_one_line_error(code, err, "--candidates takes target/distractor items")
+
+
+def test_items_capture_prints_its_size_and_a_full_disk_is_refused(tiny_models, tmp_path, capsys, monkeypatch):  # noqa: F811
+    """``--positions items`` says its size on disk before it starts; a capture the disk cannot hold is one
+    line naming the fix, before the model loads, nothing written."""
+    import shutil as shutil_module
+    from collections import namedtuple
+
+    argv = ["llm", "capture", "--model", str(tiny_models["llama"]), *SMALL, "--positions", "items"]
+    code, text, _ = run_countlens(capsys, *argv, "--out", str(tmp_path / "cap"))
+    ds = load_capture(tmp_path / "cap")
+    rows = len(ds)
+    boundary = np.flatnonzero(np.asarray(ds["item_index"]) == -1)
+    assert code == 0 and len(boundary) == 3 and rows == sum(ds["n"][i] + ds["m"][i] + 1 for i in boundary)
+    size, done = text.strip().splitlines()
+    assert size.startswith(f"expected size on disk: {rows} rows (3 prompts) x 3 locations x 32 dims x 4 bytes = ")
+    assert "free" in size and done.startswith(f"captured 3 prompts ({rows} rows: every item and the boundary)")
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil_module, "disk_usage", lambda path: usage(10**6, 10**6 - 1000, 1000))
+    code, _, err = run_countlens(capsys, *argv, "--out", str(tmp_path / "full"))
+    assert_one_line_error(code, err, "has 1.0 kB free", "fewer --locations", "--acts-dtype float16", "--counts",
+                          "another --out")
+    assert not (tmp_path / "full").exists()

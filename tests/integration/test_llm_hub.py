@@ -99,3 +99,39 @@ def test_hub_id_offline_loads_the_cached_snapshot_and_revision_picks_another(hub
         for word in [*words, str(hub_cache), "HF_HUB_OFFLINE"]:
             assert word in lines[0], lines[0]
         assert not out.exists()
+
+
+ONCE_RUNNER = """
+import json, sys
+import transformers
+from countlens.llm import models
+from countlens.pipeline.reproduce import reproduce
+
+calls = {"snapshot": 0, "tokenizer": 0, "model": 0}
+def counting(name, real):
+    def call(*args, **kwargs):
+        calls[name] += 1
+        return real(*args, **kwargs)
+    return call
+models.cached_snapshot = counting("snapshot", models.cached_snapshot)
+for name, cls in (("tokenizer", transformers.AutoTokenizer), ("model", transformers.AutoModelForCausalLM)):
+    setattr(cls, "from_pretrained", counting(name, cls.from_pretrained))
+out, model, revision = sys.argv[1:]
+summary = reproduce(out, "test", {"model": model, "revision": revision}, only=["capture", "patching"])
+print("@@" + json.dumps({"calls": calls, "status": {s["stage"]: s["status"] for s in summary["stages"]}}))
+"""
+
+
+def test_a_run_resolves_a_hub_revision_and_reads_it_once(hub_cache, tmp_path):
+    env = {**os.environ, "HF_HUB_CACHE": str(hub_cache), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    out = tmp_path / "report"
+    done = subprocess.run([sys.executable, "-c", ONCE_RUNNER, str(out), REPO, COMMITS[1]], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("@@"))[2:])
+    assert report["status"]["capture"] == report["status"]["patching"] == "done", report
+    # capture and patching: one resolution of the revision, one tokenizer read, one model load
+    assert report["calls"] == {"snapshot": 1, "tokenizer": 1, "model": 1}, report
+    meta = capture_meta(load_capture(out / "capture" / "acts"))
+    assert meta["model_source"]["revision"] == COMMITS[1] and meta["model_source"]["requested_revision"] == COMMITS[1]

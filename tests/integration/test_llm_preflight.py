@@ -111,3 +111,19 @@ def test_preflight_opens_no_weight_file(family_model, tmp_path, monkeypatch):  #
         recording[0] = False
     weights = [p for p in opened if p.startswith(str(folder)) and p.endswith(WEIGHT_SUFFIXES)]
     assert any(p.startswith(str(folder)) for p in opened) and not weights
+
+
+def test_gguf_without_chat_template_refused_from_its_header(tmp_path, capsys, monkeypatch):
+    # The header alone says there is no template: refused before the vocabulary converts (tens of seconds
+    # for a large one) and before anything is cached or hashed.
+    from countlens.llm import models
+    from tests.helpers.tiny_gguf import write_tiny_gguf
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the GGUF vocabulary was converted")
+
+    monkeypatch.setenv("COUNTLENS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(models, "_convert_tokenizer", refuse)
+    path = write_tiny_gguf(tmp_path / "base.gguf", chat_template=None)
+    assert_refused(capsys, tmp_path, ["--model", str(path), *SMALL], "no chat template", "--template plain")
+    assert not (tmp_path / "cache").exists()

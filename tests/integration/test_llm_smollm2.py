@@ -60,3 +60,39 @@ def test_smollm2_capture_matches_independent_forward(tmp_path):
         hs = model(input_ids=torch.tensor([prompts[0].ids]), output_hidden_states=True).hidden_states
     np.testing.assert_allclose(single[:-1].numpy(), torch.stack([h[0, -1] for h in hs[:-1]]).numpy(),
                                atol=1e-5, rtol=0)
+
+
+def test_smollm2_items_capture_matches_independent_forward(tmp_path):
+    """``--positions items`` on the embedded model: every item's and the boundary's vectors at all 31
+    locations equal ``output_hidden_states`` at that position (1e-5 of each vector's largest entry: padded
+    batches), and ``running_count`` counts the decoded target items."""
+    out = tmp_path / "items"
+    code = main(["llm", "capture", "--model", "default", "--L", "12", "--counts", "1,5,12", "--pairs", "a/b",
+                 "--configs", "count", "--seeds", "0", "--batch-size", "2", "--padding-side", "left",
+                 "--positions", "items", "--quiet", "--out", str(out)])
+    assert code == 0
+    ds = load_capture(out)
+    acts = acts_array(ds)
+    assert acts.shape[1:] == (31, 576) and capture_meta(ds)["n_prompts"] == 3
+    loaded = load_model("default", progress=False)
+    model, tok = loaded.model, loaded.tokenizer
+    rows = ds.remove_columns("acts").to_list()
+    assert len(rows) == sum(r["n"] + r["m"] + 1 for r in rows if r["item_index"] == -1)
+    for pid in sorted({r["prompt_id"] for r in rows}):
+        mine = [i for i, r in enumerate(rows) if r["prompt_id"] == pid]
+        ids = tok(rows[mine[0]]["prompt"], add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            hs = model(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states
+        ref = torch.stack([h[0] for h in hs]).numpy()  # (31, T, d), the last one normed
+        words = [tok.decode([t]).strip() for t in ids]
+        for i in mine:
+            r = rows[i]
+            want = ref[:, r["position"]]
+            scale = np.abs(want[:-1]).max(axis=1, keepdims=True)
+            assert np.all(np.abs(acts[i, :-1] - want[:-1]) <= 1e-5 * scale), i
+            with torch.no_grad():
+                normed = model.model.norm(torch.from_numpy(acts[i, -1]).float()).numpy()
+            assert np.abs(normed - want[-1]).max() <= 1e-5 * np.abs(want[-1]).max()
+            if r["item_index"] >= 0:
+                items = words[r["first_item_index"]:r["position"] + 1]
+                assert r["is_target"] == (words[r["position"]] == "a") and r["running_count"] == items.count("a")

@@ -18,7 +18,7 @@ from countlens.llm import acts_array, capture_meta, load_capture
 from countlens.llm.experiments import CaptureConfig, plan_capture
 from countlens.llm.prompts import DEFAULT_PAIRS, PromptSettings, build_prompts
 from countlens.pipeline.cli import main
-from tests.helpers.hidden_states import assert_matches_reference
+from tests.helpers.hidden_states import assert_matches_reference, final_norm
 from tests.helpers.llm_fixtures import family_model, smollm2_tokenizer  # noqa: F401
 from tests.helpers.model_families import BY_NAME, FAMILIES, LLAMA3, Family
 
@@ -73,6 +73,46 @@ def test_capture_matches_hidden_states(family_model, name, tmp_path, capsys):  #
         ids = tok(ds[i]["prompt"], add_special_tokens=special)["input_ids"]
         assert len(ids) == ds[i]["n_tokens"]
         assert_matches_reference(model, torch.from_numpy(acts[i]), ids, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_items_capture_matches_hidden_states_at_every_item(family_model, name, tmp_path, capsys):  # noqa: F811
+    """``--positions items``: every (prompt, position) row equals the unpadded ``output_hidden_states``
+    forward at that position, and its columns a recount of the prompt's decoded items."""
+    family = BY_NAME[name]
+    folder = family_model(name)
+    out = tmp_path / "cap"
+    code = main(["llm", "capture", "--model", str(folder), *SMALL, "--template", template_of(family),
+                 "--positions", "items", "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    ds = load_capture(out)
+    model = AutoModelForCausalLM.from_pretrained(str(folder)).eval()
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    acts = torch.from_numpy(acts_array(ds, dtype=np.float32))
+    rows = ds.remove_columns("acts").to_list()
+    assert len({r["prompt_id"] for r in rows}) == 4 * 2 * 3
+    hidden: dict[int, tuple] = {}
+    for i, r in enumerate(rows):
+        if r["prompt_id"] not in hidden:
+            ids = tok(r["prompt"], add_special_tokens=family.template is None)["input_ids"]
+            with torch.no_grad():
+                hs = model(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states
+            items = ids[r["first_item_index"]:r["last_item_index"] + 1] if r["first_item_index"] >= 0 else []
+            is_target = [tok.decode([t]).strip() == r["pair"].split("/")[0] for t in items]
+            hidden[r["prompt_id"]] = (torch.stack([h[0] for h in hs]), is_target, len(ids) - 1)
+        ref, is_target, boundary = hidden[r["prompt_id"]]
+        k = r["item_index"]
+        if k == -1:
+            assert (r["position"], r["is_target"], r["running_count"]) == (boundary, False, r["n"])
+        else:
+            assert r["position"] == r["first_item_index"] + k and r["is_target"] == is_target[k]
+            assert r["running_count"] == sum(is_target[:k + 1])
+        want = ref[:, r["position"]]
+        tol = 1e-5 + 1e-6 * want.abs().amax(dim=1, keepdim=True)
+        assert torch.all((acts[i, :-1] - want[:-1]).abs() <= tol[:-1]), (name, i)
+        with torch.no_grad():
+            assert torch.all((final_norm(model)(acts[i, -1]) - want[-1]).abs() <= tol[-1]), (name, i)
+    assert sum(len(t) + 1 for _, t, _ in hidden.values()) == len(rows)
 
 
 def test_gpt2_without_chat_template_needs_template_plain(family_model, tmp_path, capsys):  # noqa: F811

@@ -208,3 +208,42 @@ def test_a_finished_probe_run_leaves_no_resume_files(tmp_path, capsys):
     assert not (out / "partial").exists()
     assert json.loads((out / "probes.json").read_text())["config"]["split_sizes"] == {
         "train": 72, "validation": 24, "test": 24}
+
+
+def test_running_count_probes_end_to_end_and_redrawn(tmp_path, capsys):
+    from tests.helpers.captures import write_items_capture
+
+    write_items_capture(tmp_path / "items", counts=range(0, 7), distractors=(0, 4), reps=3)
+    out = tmp_path / "rc"
+    code, stdout, _ = _run(["probe", "--acts", str(tmp_path / "items"), "--target", "running_count",
+                            "--position-buckets", "3", "--alphas", "1e-2:1e2:5", "--seeds", "0", "--out", str(out)],
+                           capsys)
+    assert code == 0 and "running-count probes at 3 location(s) x 3 position bucket(s) + boundary" in stdout
+    assert "best by validation: blocks.0.hook_resid_post" in stdout
+    saved = json.loads((out / "running_count.json").read_text())
+    assert saved["config"]["rows"].startswith("item rows and boundary rows") and len(saved["buckets"]) == 4
+    assert saved["provenance"]["config"]["target"] == "running_count"
+    assert (out / "running_count.csv").read_text().startswith("location,index,target,bucket")
+    assert (out / "fig10_running_count.png").read_bytes()[:8] == PNG and not (out / "partial-running").exists()
+    assert not (out / "probes.json").exists()
+    code, _, _ = _run(["probe", "redraw", "--result", str(out / "running_count.json"), "--out", str(tmp_path / "again")],
+                      capsys)
+    assert code == 0 and (tmp_path / "again" / "fig10_running_count.png").read_bytes()[:8] == PNG
+    # the default target on the same capture is Figure 7 on its boundary rows
+    code, stdout, _ = _run(["probe", "--acts", str(tmp_path / "items"), "--alphas", "1e-2:1e2:5", "--seeds", "0",
+                            "--out", str(tmp_path / "fig7")], capsys)
+    assert code == 0 and f"on {saved['source']['prompts']} rows" in stdout
+
+
+@pytest.mark.parametrize("argv_tail,message", [
+    (["--target", "running_count"], "--target running_count needs an items capture"),
+    (["--target", "count"], "--target must be one of n, running_count, got 'count'"),
+    (["--target", "running_count", "--position-buckets", "0"], "--position-buckets must be a whole number >= 1"),
+    (["--target", "running_count", "--figure-locations", "1"], "--figure-locations is Figure 7's"),
+])
+def test_running_count_bad_input_is_one_line_exit_2_before_any_fit(tmp_path, capsys, argv_tail, message):
+    acts_dir, _, _ = _synthetic_capture(tmp_path / "acts", rows=40)  # a boundary capture
+    out = tmp_path / "out"
+    code, _, err = _run(["probe", "--acts", str(acts_dir), "--out", str(out), *argv_tail], capsys)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not out.exists()

@@ -67,6 +67,23 @@ def test_two_workers_equal_one_process_row_for_row(tiny_models, tmp_path, local_
     assert len(list((tmp_path / "ray" / SHARDS).iterdir())) == 7
 
 
+def test_items_capture_on_two_workers_equals_one_process(tiny_models, tmp_path, local_cluster):  # noqa: F811
+    """``--positions items`` shards (each holding its prompts' rows) spread over Ray: the same rows, the
+    plan's prompt ids included, as one process."""
+    from countlens.core.store import POSITION_COLUMNS
+    from countlens.llm.experiments import run_capture
+
+    cfg = config(tiny_models["llama"], positions="items", shard_rows=5, batch_size=2)
+    single = run_capture(cfg, tmp_path / "single", progress=False)
+    sharded = run_capture_on_ray(cfg, tmp_path / "ray", "local:2", progress=False)
+    assert sharded.n_rows == single.n_rows == len(load_capture(tmp_path / "ray")) > 26
+    a = load_capture(tmp_path / "single").with_format("numpy")
+    b = load_capture(tmp_path / "ray").with_format("numpy")
+    for name in (*COLUMNS, *POSITION_COLUMNS):
+        assert np.array_equal(a[name], b[name]), name
+    assert sorted(set(np.asarray(b["prompt_id"]).tolist())) == list(range(26))
+
+
 def _capture_actor_pids() -> list[int]:
     """This test process's own Ray workers that host a capture actor (its local cluster runs as its
     descendants), read from /proc."""

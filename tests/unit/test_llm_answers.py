@@ -16,7 +16,7 @@ from countlens.llm.answers import (
 from countlens.llm.capture import pad_batch
 from countlens.llm.models import load_model
 from countlens.llm.prompts import PromptSettings, build_prompts
-from tests.helpers.llm_fixtures import smollm2_tokenizer, tiny_model_dir, tiny_models  # noqa: F401
+from tests.helpers.llm_fixtures import family_model, smollm2_tokenizer, tiny_model_dir, tiny_models  # noqa: F401
 
 PARSE_TABLE = [
     ("42", 42), (" 42.", 42), ("The answer is 42", 42), ("42\n", 42), ("**42**", 42), ("Count: 7 items", 7),
@@ -163,3 +163,95 @@ def test_a_long_parsed_answer_is_stored_whole(tmp_path):
     writer.finish({"n_rows": 3})
     ds = load_capture(tmp_path / "cap")
     assert ds["answer"] == [1111111111111, 7, None] and column(ds, "answer_logprob").tolist() == [-1.0, -0.5, -2.0]
+
+
+# ----------------------------------------------------------------------------- the answer as a distribution
+
+def _direct_logprob(model, prompt_ids: list[int], candidate: list[int]) -> float:
+    """Σ log p(candidate token | prompt, earlier candidate tokens): the prompt and the candidate fed whole in
+    one unpadded forward, no cache."""
+    logp = torch.log_softmax(model(input_ids=torch.tensor([prompt_ids + candidate[:-1]])).logits[0].double(), -1)
+    return float(sum(logp[len(prompt_ids) - 1 + j, t] for j, t in enumerate(candidate)))
+
+
+def _whole_number_model(folder, out):
+    """The model of ``folder`` with a vocabulary where 10..19 are one token each (as in vocabularies that do
+    not split numbers into digits): tokens added, embeddings resized."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    tok.add_tokens([str(k) for k in range(10, 20)])
+    model = AutoModelForCausalLM.from_pretrained(str(folder))
+    torch.manual_seed(0)
+    model.resize_token_embeddings(len(tok), mean_resizing=False)
+    model.save_pretrained(str(out))
+    tok.save_pretrained(str(out))
+    return out
+
+
+@pytest.mark.parametrize("family", ["llama-3", "gpt-2", "whole-numbers"])
+def test_capture_distribution_equals_direct_teacher_forcing(family_model, family, tmp_path):  # noqa: F811
+    """Every candidate's log-probability in the capture equals a direct computation per candidate (no
+    cache), in vocabularies that split numbers into digits (llama-3 style; GPT-2 after "Answer:", where
+    " 12" is " 1" "2") and in one that does not; the expected count and rank follow from them; the correct answer's
+    log-probability is its candidate's."""
+    from countlens.core.store import capture_meta, load_capture
+    from countlens.llm.answers import answer_distribution, candidate_logprobs, candidate_token_ids
+    from countlens.llm.experiments import CaptureConfig, plan_capture, run_capture
+
+    folder = (_whole_number_model(family_model("llama-3"), tmp_path / "whole") if family == "whole-numbers"
+              else family_model(family))
+    template = "plain" if family == "gpt-2" else "chat"
+    config = CaptureConfig().with_options(model=str(folder), L=14, counts=[2, 5, 11, 14], pairs=[["a", "b"]],
+                                          configs=["count"], seeds=[0], batch_size=3, answers=True,
+                                          answer_tokens=2, template=template)
+    ds = load_capture(run_capture(config, tmp_path / "cap", progress=False).folder)
+    candidates = list(range(2, 15))
+    assert capture_meta(ds)["answer_candidates"] == candidates
+    loaded = load_model(str(folder), progress=False)
+    model, tok = loaded.model, loaded.tokenizer
+    ids = candidate_token_ids(tok, candidates, template)
+    lengths = {len(c) for c in ids}
+    assert lengths == {1} if family == "whole-numbers" else max(lengths) > 1  # "12" one token, or "1" "2"
+    got = np.asarray(ds["answer_logprobs"])
+    n = np.asarray(ds["n"])
+    with torch.inference_mode():
+        for row in range(len(ds)):
+            prompt = tok(ds[row]["prompt"], add_special_tokens=template == "plain")["input_ids"]
+            want = [_direct_logprob(model, prompt, c) for c in ids]
+            np.testing.assert_allclose(got[row], want, atol=2e-4, rtol=0)
+    p = np.exp(got - got.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(ds["answer_expected"], p @ np.array(candidates), atol=1e-9)
+    correct = got[np.arange(len(n)), n - 2]
+    assert ds["answer_rank"] == (1 + (got > correct[:, None]).sum(axis=1)).tolist()
+    np.testing.assert_array_equal(ds["answer_logprob"], correct)
+    # the function API gives the same distribution for the same prompts
+    plan_prompts = {p.prompt: p for p in plan_capture(config, progress=False).prompts}
+    rows = [plan_prompts[t] for t in ds["prompt"]]
+    with torch.inference_mode():
+        api = candidate_logprobs(model, tok, rows, candidates, template, batch_size=3)
+    np.testing.assert_allclose(api, got, atol=1e-4, rtol=0)
+    dist = answer_distribution(api, candidates, [r.n for r in rows])
+    np.testing.assert_allclose(dist.expected, ds["answer_expected"], atol=1e-4)
+
+
+def test_candidates_beyond_the_context_are_refused_before_the_weights_load(tiny_model_dir, tmp_path):  # noqa: F811
+    import json
+    import shutil
+
+    from countlens.core.errors import ConfigError
+    from countlens.llm.experiments import CaptureConfig, plan_capture, run_capture
+
+    kw = dict(L=10, counts=[1, 10], pairs=[["a", "b"]], configs=["count"], seeds=[0])
+    longest = plan_capture(CaptureConfig().with_options(model=str(tiny_model_dir), **kw), progress=False).prompts[-1]
+    short = tmp_path / "short-context"
+    shutil.copytree(tiny_model_dir, short)
+    config = json.loads((short / "config.json").read_text())
+    config["max_position_embeddings"] = longest.n_tokens + 1  # the prompts fit; "10" (two tokens) after them does not
+    (short / "config.json").write_text(json.dumps(config))
+    plan_capture(CaptureConfig().with_options(model=str(short), **kw), progress=False)  # without answers: fine
+    with pytest.raises(ConfigError, match="longest candidate answer .2 tokens.* exceed the model's context") as caught:
+        run_capture(CaptureConfig().with_options(model=str(short), answers=True, **kw), tmp_path / "out",
+                    progress=False)
+    assert caught.value.fields == ("L", "counts") and not (tmp_path / "out").exists()

@@ -192,8 +192,16 @@ def test_resume_key_is_as_before_for_the_same_settings():
         "trust_remote_code": True, "random_init_seed": 4}
     plain = _settings_key(CaptureConfig().with_options(answers=True, answer_tokens=3), None)
     assert list(plain) == ["L", "counts", "per_count", "pairs", "configs", "seeds", "template", "model", "gguf_file",
-                           "model_dtype", "dtype", "backend", "locations", "shard_rows", "answer_tokens"]
+                           "model_dtype", "dtype", "backend", "locations", "shard_rows", "answer_tokens",
+                           "answer_candidates"]
     assert (plain["model"], plain["locations"], plain["answer_tokens"]) == ("default", "all", 3)
+    # answers are a distribution over the counts min..max now: a folder from before does not resume into it
+    assert plain["answer_candidates"] == [0, 100]
+    boundary = _settings_key(CaptureConfig(), None)
+    assert list(boundary) == ["L", "counts", "per_count", "pairs", "configs", "seeds", "template", "model",
+                              "gguf_file", "model_dtype", "dtype", "backend", "locations", "shard_rows"]
+    items = _settings_key(CaptureConfig().with_options(positions="items"), None)
+    assert items == {**boundary, "positions": "items"}
 
 
 def test_capture_folder_rows_match_independent_forward(tiny_models, tmp_path):  # noqa: F811

@@ -1,0 +1,313 @@
+"""Figure 13, lenses at the boundary: a :class:`LensConfig` in (a capture folder, and optionally the probes
+fitted on it), a :class:`LensResult` out (``lens.json``, ``lens.csv`` and ``angles.csv``). The numerics are
+in :mod:`countlens.llm.lens`.
+
+No prompt is run: the capture already holds every location's boundary vector, and the model's own
+next-token logits at the boundary are its last location read through its final norm and unembedding. The
+model is loaded for its head only (the final norm and the output embedding)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from countlens.core.errors import ConfigError, about, literal
+from countlens.core.locations import location_label, location_names, resolve_locations
+from countlens.core.results import Result, result_provenance
+from countlens.core.store import acts_array, column, load_capture, read_meta
+from countlens.core.threads import blas_threads, torch_threads
+from countlens.llm.answers import candidate_token_ids
+from countlens.llm.experiments.capture import check_positive
+from countlens.llm.experiments.options import ExperimentConfig
+from countlens.llm.lens import (
+    FirstTokens,
+    candidate_kl,
+    check_unembedding,
+    count_slope,
+    direction_cosines,
+    first_logits,
+    first_tokens,
+    fit_tuned_lens,
+    output_head,
+    random_baseline,
+    random_directions,
+    read_through,
+    readout_summary,
+)
+from countlens.llm.models import LoadedModel, check_device, load_model_config, load_tokenizer
+
+if TYPE_CHECKING:
+    from countlens.probes.experiments import ProbeResult
+
+LENSES = ("logit", "tuned")
+TUNED_ALPHAS = tuple(np.logspace(-4, 2, 13).tolist())  # relative ridge coefficients (multiples of n_train)
+LENS_FRACTIONS = (0.6, 0.2, 0.2)  # the probes' train / validation / test split (countlens.probes.split_rows)
+
+
+@dataclass
+class LensConfig(ExperimentConfig):
+    """Figure 13: the boundary vector of every location of the capture ``acts`` (``locations``: a spec for
+    :func:`countlens.core.locations.resolve_locations` over the capture's locations; default all) read
+    through the capture's model's final norm and unembedding (the logit lens) and through a tuned lens (an
+    affine map to the last location, fitted by ridge on the training prompts at each relative α of
+    ``alphas``, α chosen on the validation prompts; ``fractions`` and ``seed``: the probes' split rule), both
+    scored on the test prompts. Candidate answers: the counts ``counts`` (default: the capture's count range).
+    The count directions — the ridge probes of ``probes`` (optional: a ``probes.json`` fitted on this
+    capture) and the mean-difference direction — are compared with the number tokens' unembedding rows,
+    against ``baseline_directions`` random directions. The model's head runs on ``device``; the work uses
+    at most ``threads`` torch and BLAS threads (``None``: the process's; on these small decompositions and
+    matrix products extra threads mostly spin: on the busy 2-core machine one thread ran the quick preset's lens
+    in 19 s, two in 106 s)."""
+
+    acts: str = ""
+    probes: str | None = None
+    locations: str | None = None
+    counts: list[int] | None = None
+    alphas: list[float] = field(default_factory=lambda: list(TUNED_ALPHAS))
+    seed: int = 0
+    fractions: list[float] = field(default_factory=lambda: list(LENS_FRACTIONS))
+    baseline_directions: int = 1000
+    device: str = "cpu"
+    threads: int | None = 1
+
+    def validate(self) -> LensConfig:
+        """Raise :class:`ConfigError` naming the field of a config that cannot run (reads no file)."""
+        if not str(self.acts).strip():
+            raise ConfigError("acts", "{acts} must name a capture folder (`countlens llm capture`)")
+        alphas = np.asarray(self.alphas, dtype=np.float64)
+        if alphas.size == 0 or not np.all(np.isfinite(alphas)) or np.any(alphas < 0):
+            raise ConfigError("alphas", "{alphas} must be a non-empty list of finite numbers >= 0, got "
+                                        + literal(list(self.alphas)))
+        if self.counts is not None and (not self.counts or min(int(c) for c in self.counts) < 0):
+            raise ConfigError("counts", f"{{counts}} must be a non-empty list of counts >= 0, got {self.counts}")
+        if len(self.fractions) != 3:
+            raise ConfigError("fractions", "{fractions} must be three fractions (train, validation, test), got "
+                                           + literal(list(self.fractions)))
+        check_positive(self, "baseline_directions")
+        if self.threads is not None and int(self.threads) < 1:
+            raise ConfigError("threads", f"{{threads}} must be >= 1, got {self.threads}")
+        check_device(self.device)
+        return self
+
+
+@dataclass
+class LensResult(Result):
+    """Per location (``locations``): ``logit`` and ``tuned``, the test prompts' read-out through each lens
+    (:func:`countlens.llm.lens.readout_summary`: ``logprob``, ``rank``, ``top1``, ``expected_corr``,
+    ``expected_mae``, and ``kl``, the mean KL from the model's own answer-start distribution; the tuned lens
+    adds its ``alpha_rel`` and the validation KL per α, ``val_kl``); ``angles``: per count direction
+    (``probe``, ``mean-diff``) and row set (``raw`` unembedding rows, ``folded`` through the final norm)
+    :func:`~countlens.llm.lens.direction_cosines` without the per-token cosines, and ``random``, the
+    random baseline of each row set. ``model_readout``: the model's own read-out on the test prompts.
+    ``rows`` (``lens.csv``): one record per (test prompt, location, lens); ``angle_rows`` (``angles.csv``):
+    one per (location, direction, number token) with its signed cosines."""
+
+    FILE: ClassVar[str] = "lens.json"
+    CSV: ClassVar[str] = "lens.csv"
+    ANGLES_CSV: ClassVar[str] = "angles.csv"
+    COMMAND: ClassVar[str] = "countlens llm lens"
+
+    config: dict[str, Any]
+    model: str
+    candidates: list[int]
+    single_token: list[int]
+    number_tokens: list[dict[str, Any]]
+    split: dict[str, int]
+    model_readout: dict[str, Any]
+    locations: list[dict[str, Any]]
+    rows: list[dict[str, Any]]
+    angle_rows: list[dict[str, Any]]
+    seconds: float = 0.0
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    def tables(self) -> dict[str, tuple[list[str], list[list[Any]]]]:
+        out = {}
+        for name, rows in ((self.CSV, self.rows), (self.ANGLES_CSV, self.angle_rows)):
+            header = list(rows[0]) if rows else []
+            out[name] = (header, [[r[k] for k in header] for r in rows])
+        return out
+
+    @classmethod
+    def file_names(cls) -> tuple[str, ...]:
+        return (cls.FILE, cls.CSV, cls.ANGLES_CSV)
+
+
+# ----------------------------------------------------------------------------------------- checks
+
+def capture_settings(meta: dict[str, Any], field: str = "acts") -> dict[str, Any]:
+    """The recorded settings of a capture made by ``countlens llm capture``; ``ConfigError(field)`` for a
+    capture without its model recorded (a toy export)."""
+    settings = meta.get("settings") or {}
+    if not settings.get("model"):
+        raise ConfigError(field, f"{{{field}}} records no model (a toy export?); a lens needs a capture made by "
+                                 "`countlens llm capture`")
+    return settings
+
+
+def last_location(meta: dict[str, Any], field: str = "acts") -> int:
+    """The index among the capture's locations of the last block's output; ``ConfigError(field)`` when the
+    capture lacks it (captured with fewer ``--locations``)."""
+    n_blocks = meta.get("n_blocks")
+    names = list(meta.get("locations") or [])
+    last = location_names(int(n_blocks))[-1] if n_blocks else None
+    if last not in names:
+        raise ConfigError(field, f"{{{field}}} lacks the last block's output ({literal(last)}): the lenses read "
+                                 "towards it; capture every location (the default) or include -1")
+    return names.index(last)
+
+
+def candidate_counts(config: LensConfig, settings: dict[str, Any]) -> tuple[list[int], str]:
+    """The candidate counts and the field they come from: ``counts``, else the capture's count range."""
+    if config.counts is not None:
+        return sorted({int(c) for c in config.counts}), "counts"
+    counts = [int(c) for c in settings["counts"]]
+    return list(range(min(counts), max(counts) + 1)), "acts"
+
+
+def preflight_lens(config: LensConfig, meta: dict[str, Any]) -> tuple[FirstTokens, Any]:
+    """What can be checked before any weights load: the capture's model has an output embedding and the
+    candidates' tokens lie within its vocabulary (the tokenizer and the config only). Returns the
+    candidates' :class:`~countlens.llm.lens.FirstTokens` and the tokenizer."""
+    from countlens.llm.experiments.steering import capture_spec
+
+    settings = capture_settings(meta)
+    ref = capture_spec(settings, config.device).resolve(progress=False)
+    tokenizer = load_tokenizer(ref)
+    model_config = load_model_config(ref)
+    check_unembedding(model_config)
+    text = getattr(model_config, "text_config", None) or model_config
+    counts, where = candidate_counts(config, settings)
+    candidates = _candidates(tokenizer, counts, settings.get("template", "chat"), where)
+    return first_tokens(candidates, counts, int(getattr(text, "vocab_size", None) or 2 ** 62), where), tokenizer
+
+
+def _candidates(tokenizer, counts, template, where):
+    try:
+        return candidate_token_ids(tokenizer, counts, template)
+    except ValueError as exc:
+        raise ConfigError(where, "{" + where + "}: " + literal(exc)) from None
+
+
+def probe_coefficients(probes: ProbeResult, meta: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Per location name the native coefficients of the first split seed's validation-selected probe of
+    ``probes``, checked against the capture (:func:`countlens.llm.experiments.steering.check_probes`)."""
+    from countlens.llm.experiments.steering import check_probes
+
+    check_probes(probes, meta)
+    return {loc.name: np.asarray(loc.fits[0].coef, dtype=np.float64) for loc in probes.locations
+            if loc.fits and loc.fits[0].coef is not None}
+
+
+def boundary_rows(ds) -> np.ndarray:
+    """The rows of a capture that hold a boundary vector (all of them, but for an items capture's item rows)."""
+    if "item_index" in ds.column_names:
+        return np.flatnonzero(column(ds, "item_index") == -1)
+    return np.arange(len(ds))
+
+
+# ----------------------------------------------------------------------------------------- the run
+
+def run_lens(config: LensConfig, *, loaded: LoadedModel | None = None, progress: bool = False) -> LensResult:
+    """Figure 13 on the capture ``config.acts`` with its own model (``loaded`` reuses it, already loaded).
+    Everything a bad input can break is checked before the model loads."""
+    config.validate()
+    with torch_threads(config.threads), blas_threads(config.threads):
+        return _run_lens(config, loaded, progress)
+
+
+def _run_lens(config: LensConfig, loaded: LoadedModel | None, progress: bool) -> LensResult:
+    from countlens.llm.experiments.steering import capture_model
+    from countlens.probes.experiments import ProbeResult
+    from countlens.probes.splits import split_rows
+
+    started = time.perf_counter()
+    with about("acts"):
+        meta = read_meta(config.acts)
+        ds = load_capture(config.acts)
+    settings = capture_settings(meta)
+    names = list(meta["locations"])
+    last = last_location(meta)
+    with about("locations"):
+        chosen = resolve_locations(names, config.locations)
+    probes = None
+    if config.probes:
+        with about("probes"):
+            probes = probe_coefficients(ProbeResult.read(config.probes), meta)
+    rows = boundary_rows(ds)
+    parts = split_rows(len(rows), config.seed, tuple(config.fractions))  # ConfigError("fractions")
+    tokens, tokenizer = preflight_lens(config, meta)
+    if loaded is None:
+        loaded = capture_model(settings, config.device, progress)
+    head = output_head(loaded.model)
+    counts, where = candidate_counts(config, settings)
+    tokens = first_tokens(_candidates(loaded.tokenizer, counts, settings.get("template", "chat"), where), counts,
+                          head.vocab_size, where)
+    subset = ds.select(rows) if len(rows) != len(ds) else ds
+    acts = acts_array(subset, dtype=np.float32)  # (P, locations, d)
+    n = column(subset, "n").astype(np.int64)
+    train, val, test = parts
+    model_test = read_through(head, acts[test, last], tokens, n[test])
+    model_val = first_logits(head, acts[val, last], tokens)
+    random = random_directions(config.baseline_directions, acts.shape[2], config.seed)
+    locations, lens_rows, angle_rows = [], [], []
+    for i in chosen:
+        entry = {"name": names[i], "index": i, "label": location_label(names[i])}
+        logit = read_through(head, acts[test, i], tokens, n[test])
+        tuned_fit = fit_tuned_lens(head, tokens, acts[:, i], acts[:, last], parts, list(config.alphas),
+                                   model_val)
+        tuned = read_through(head, tuned_fit.mapped, tokens, n[test])
+        for lens, r in (("logit", logit), ("tuned", tuned)):
+            entry[lens] = {**readout_summary(r, n[test], tokens),
+                           "kl": float(np.mean(candidate_kl(model_test.first_logits, r.first_logits)))}
+            lens_rows.extend({"location": names[i], "location_index": i, "lens": lens, "row": int(rows[t]),
+                              "n": int(n[t]), "logprob": float(r.logprob[j]), "rank": int(r.rank[j]),
+                              "expected": None if not np.isfinite(r.expected[j]) else float(r.expected[j])}
+                             for j, t in enumerate(test))
+        entry["tuned"].update(alpha_rel=tuned_fit.alpha_rel, val_kl=tuned_fit.val_kl)
+        entry["angles"], mine = _angles(head, tokens, acts[:, i], n, probes.get(names[i]) if probes else None,
+                                        random)
+        angle_rows.extend({"location": names[i], "location_index": i, **r} for r in mine)
+        locations.append(entry)
+    number_tokens = [{"id": int(t), "text": loaded.tokenizer.decode([int(t)])} for t in tokens.distinct]
+    for r in angle_rows:
+        r["token_text"] = number_tokens[r["token"]]["text"]
+        r["token"] = number_tokens[r["token"]]["id"]
+    return LensResult(config.to_dict(), loaded.model_id, [int(k) for k in tokens.counts],
+                      [int(k) for k in tokens.counts[tokens.single]], number_tokens,
+                      {"seed": int(config.seed), "n_train": len(train), "n_val": len(val), "n_test": len(test)},
+                      {**readout_summary(model_test, n[test], tokens), "kl": 0.0}, locations, lens_rows, angle_rows,
+                      round(time.perf_counter() - started, 3), result_provenance(config))
+
+
+def _angles(head, tokens: FirstTokens, acts: np.ndarray, n: np.ndarray, probe: np.ndarray | None,
+            random: np.ndarray) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One location's angles (see :class:`LensResult`) and its rows for ``angles.csv`` (``token``: the
+    number token's position in ``tokens.distinct``, replaced by its id by the caller)."""
+    raw = head.weight[_as_index(tokens.distinct, head)].detach().double().cpu().numpy()  # (T, d)
+    folded = head.folded_rows(acts.mean(axis=0), tokens.distinct)
+    row_sets = {"raw": raw, "folded": folded}
+    directions = {"probe": probe, "mean-diff": count_slope(acts, n) if len(np.unique(n)) >= 2 else None}
+    out: dict[str, Any] = {"random": {k: random_baseline(random, rows) for k, rows in row_sets.items()}}
+    rows: list[dict[str, Any]] = []
+    for name, vector in directions.items():
+        if vector is None or not np.any(vector):
+            out[name] = None
+            continue
+        found = {k: direction_cosines(vector, r, random) for k, r in row_sets.items()}
+        out[name] = {k: {key: v for key, v in f.items() if key != "cos"} for k, f in found.items()}
+        rows.extend({"direction": name, "token": j, "cos_raw": float(found["raw"]["cos"][j]),
+                     "cos_folded": float(found["folded"]["cos"][j])} for j in range(len(tokens.distinct)))
+    return out, rows
+
+
+def _as_index(ids, head):
+    import torch
+
+    return torch.as_tensor(np.asarray(ids), device=head.weight.device)
+
+
+__all__ = ["LENSES", "TUNED_ALPHAS", "LENS_FRACTIONS", "LensConfig", "LensResult", "capture_settings",
+           "last_location", "candidate_counts", "preflight_lens", "probe_coefficients", "boundary_rows", "run_lens"]

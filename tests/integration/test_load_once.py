@@ -1,0 +1,104 @@
+"""Load once per run: ``reproduce`` loads a model once for all its LLM stages (capture, patching, steering — the
+stages that declare ``model`` are handed it as ``loaded=``), with the same results as loading it per stage;
+``study`` releases each model's weights before the next one loads."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import weakref
+
+import numpy as np
+import pytest
+
+from countlens.llm import acts_array, load_capture
+from countlens.pipeline import reproduce as reproduce_module
+from countlens.pipeline.reproduce import build_stages, reproduce
+from tests.helpers.llm_fixtures import tiny_models  # noqa: F401
+from tests.helpers.tiny_gguf import write_tiny_gguf
+
+LLM_STAGES = ("capture", "probe", "patching", "steering")
+LOADING = ("capture", "patching", "steering")
+
+
+@pytest.fixture
+def loads(monkeypatch):
+    import transformers
+
+    seen = []
+    real = transformers.AutoModelForCausalLM.from_pretrained.__func__
+
+    def spy(cls, location, *args, **kwargs):
+        model = real(cls, location, *args, **kwargs)
+        seen.append(("gguf_file" in kwargs, weakref.ref(model)))
+        return model
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", classmethod(spy))
+    return seen
+
+
+def declared(preset, capture=None):
+    """The stages as the lead wires them: each LLM stage declares the capture's model."""
+    stages = build_stages(preset, capture)
+    spec = stages[[s.name for s in stages].index("capture")].config.model
+    return [dataclasses.replace(s, model=spec) if s.name in LOADING else s for s in stages]
+
+
+def rows(out, stage, name):
+    data = json.loads((out / stage / name).read_text())
+    return data["rows"]
+
+
+def test_reproduce_loads_each_model_once_with_the_same_results(tmp_path, monkeypatch, loads):
+    monkeypatch.setenv("COUNTLENS_CACHE", str(tmp_path / "cache"))
+    model = str(write_tiny_gguf(tmp_path / "m.gguf"))
+    handed = []
+    monkeypatch.setattr(reproduce_module, "build_stages", declared)
+    for name in LOADING:  # record what each stage is handed
+        stage = next(s for s in build_stages("test", {"model": model}) if s.name == name)
+        run = stage.run
+        monkeypatch.setattr(reproduce_module, run.__name__,
+                            lambda *a, _run=run, _name=name, **k: handed.append((_name, k.get("loaded"))) or _run(*a, **k))
+    once = tmp_path / "once"
+    summary = reproduce(once, "test", {"model": model}, only=list(LLM_STAGES))
+    assert all(s["status"] == "done" for s in summary["stages"] if s["stage"] in LLM_STAGES), summary["stages"]
+    assert [gguf for gguf, _ in loads] == [True, False]  # dequantised once, its float copy loaded once
+    assert [n for n, _ in handed] == list(LOADING) and len({id(m) for _, m in handed}) == 1 and handed[0][1]
+    handed.clear()
+    loads.clear()
+
+    per_stage = tmp_path / "per-stage"
+    monkeypatch.setattr(reproduce_module, "model_pool", contextlib.nullcontext)  # every stage loads its own
+    reproduce(per_stage, "test", {"model": model}, only=list(LLM_STAGES))
+    assert len(loads) >= len(LOADING) and all(m is None for _, m in handed)
+    np.testing.assert_array_equal(acts_array(load_capture(once / "capture" / "acts")),
+                                  acts_array(load_capture(per_stage / "capture" / "acts")))
+    assert rows(once, "patching", "patching.json") == rows(per_stage, "patching", "patching.json")
+    assert rows(once, "steering", "steering.json") == rows(per_stage, "steering", "steering.json")
+
+
+def test_study_releases_a_model_before_the_next_loads(tiny_models, tmp_path, monkeypatch, loads):  # noqa: F811
+    from countlens.pipeline import study
+
+    alive_at_load = []
+    real = study.run_study_model
+
+    def run_model(job, out, device=None):
+        alive_at_load.append([ref() is not None for _, ref in loads])
+        return real(job, out, device)
+
+    def summary(job, folder, out):
+        return study.ModelSummary(job["model"], job["name"], 2, [], [], [], {}, {}, None, None, "")
+
+    monkeypatch.setattr(study, "run_study_model", run_model)
+    monkeypatch.setattr(study, "MODEL_STAGES", ("capture",))  # what the models load for, not what follows
+    monkeypatch.setattr(study, "summarize_model", summary)
+    monkeypatch.setattr(study.StudyResult, "save", lambda self, out: [])
+    monkeypatch.setattr(study, "draw_study", lambda result, out: [])
+    monkeypatch.setattr(study, "write_study_page", lambda result, out: None)
+    models = (str(tiny_models["llama"]), str(tiny_models["qwen2"]))
+    result, failures = study.run_study(study.StudyConfig(models=models, preset="test"), tmp_path / "s",
+                                       log=lambda line: None)
+    assert not failures and len(result.models) == 2
+    assert len(loads) == 2 and alive_at_load == [[], [False]]  # the first model was gone when the second loaded
