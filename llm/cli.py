@@ -106,8 +106,8 @@ CAPTURE_OPTIONS: dict[str, CaptureOption] = {o.dest: o for o in (
     CaptureOption("--template", "template", "chat: the model's chat template; plain: '<instruction>\\nAnswer:' "
                                             "for models without one", choices=TEMPLATES),
     CaptureOption("--locations", "locations", "locations to keep: names, indices (0 = embed, l = output of block "
-                                              "l-1, -1 = last), ranges like 0:6, or all; the forward pass stops "
-                                              "after the last one", text=lambda v: "all" if v is None else v),
+                                              "l-1, -1 = last), ranges like 0:6 or with a step 0:-1:4, or all; the "
+                                              "forward pass stops after the last one", text=lambda v: "all" if v is None else v),
     CaptureOption("--batch-size", "batch_size", "prompts per forward pass", type=int),
     CaptureOption("--backend", "backend", "hf: forward hooks; transformer-lens: TransformerBridge (adds "
                                           "hook_resid_mid)", choices=BACKENDS),
@@ -434,12 +434,12 @@ def _register_behaviour(sub) -> None:
     pa.add_argument("--quiet", action="store_true", help="no model-loading messages")
     pa.set_defaults(func=cmd_patch)
 
-    st = sub.add_parser("steer", help="Figure 9b: steer the boundary vector along the probe, with a random control",
+    st = sub.add_parser("steer", help="Figure 9b: steer the boundary vector along the probe or the mean difference, with a random control",
                         description=STEER_DESCRIPTION, formatter_class=HelpFormatter)
     st.add_argument("--acts", required=True, help="the capture to steer: its model and prompts, the capture the "
                                                   "probes were fitted on and, in count units, the one v is fitted on")
     st.add_argument("--probes", default=sd.probes, help="probes.json written by `countlens probe --acts` on that "
-                                                        "capture (needed by --direction probe)")
+                                                        "capture (needed by --direction probe) (default: none)")
     st.add_argument("--out", required=True, help="output folder")
     st.add_argument("--location", default=None, help="the location to steer at: a name or index of the capture's "
                                                      "locations (default: the probes' best)")

@@ -33,8 +33,8 @@ def plot_lens(result: LensResult):
     """Figure 13: per location, (a) log p(the correct count's first token) and (b) the correlation of the
     expected count with the true count, through the logit lens and the tuned lens (dotted: the model's own
     read-out); (c) the largest |cos| between a count direction and the number tokens' unembedding rows
-    (solid: raw rows; dotted: through the final norm), the grey band the random directions' 5th–95th
-    percentile of the same: the random directions' median to 95th percentile of the largest |cos|."""
+    (solid: raw rows; dotted: through the final norm), the grey band the random directions' median
+    to 95th percentile of the largest |cos|."""
     locs = result.locations
     idx = np.array([loc["index"] for loc in locs])
     fig, axes = plt.subplots(1, 3, figsize=(13.0, 3.9))

@@ -11,14 +11,14 @@ architecture, context length, number of blocks, chat template (or its absence) a
 vocabulary entry (tens of seconds) and transformers then converts the vocabulary to a fast tokenizer.
 
 **The cache** (:class:`GGUFCache`). What transformers makes from a GGUF file — the fast tokenizer and model
-config (``tokenizer/``), the dequantised float32 weights (``weights/``, a complete Hugging Face model
-folder) — is kept under ``cache_root()/gguf/<stem>-<key>/``, where the key digests the file's identity:
-its resolved path, size, modification time, the SHA-256 of its header, and the transformers version that
-converted it. A changed file has another key, so it is never served a stale entry (and the stale entries
-of the same path are removed when the new one is written). Each part is written into a temporary folder
-renamed into place, under a lock, so an interrupted run or two processes converting at once never leave a
-half-written part; the weights are cached only when the disk has room for them (else one line says so and
-the file is dequantised on every load).
+config (``tokenizer/``), the dequantised float32 weights (``weights/``, a complete Hugging Face model folder)
+— is kept under ``cache_root()/gguf/<stem>-<key>/``, where the key digests the file's identity: its resolved
+path, size, modification and status-change times, the SHA-256 of its header, and the transformers version that
+converted it. A changed file has another key, so it is never served a stale entry (and the stale entries of
+the same path are removed when the new one is written). Each part is written into a temporary folder renamed
+into place, under a lock, so an interrupted run or two processes converting at once never leave a half-written
+part; the weights are cached only when the disk has room for them (else one line says so and the file is
+dequantised on every load).
 """
 
 from __future__ import annotations
@@ -266,8 +266,13 @@ SOURCE_FILE = "source.json"
 
 
 def file_identity(path: str | os.PathLike, header: GGUFHeader) -> dict[str, Any]:
-    """What keys a file's cache entry: resolved path, size, modification time (ns), header SHA-256, the
-    transformers version that converts it and the cache layout."""
+    """What keys a file's cache entry: resolved path, size, modification and status-change times (ns),
+    header SHA-256, the transformers version that converts it and the cache layout.
+
+    The status-change time (``st_ctime_ns``) is there because the modification time can be set back: a file
+    replaced under its old size and modification time (``cp -p``, ``rsync -t``, ``touch -r``, a restored
+    backup) would otherwise be served its predecessor's weights; no program sets the status-change time, and
+    every write, rename into place or ``utime`` moves it (a ``chmod`` too: one needless conversion)."""
     import importlib.metadata
 
     resolved = Path(path).resolve()
@@ -277,7 +282,8 @@ def file_identity(path: str | os.PathLike, header: GGUFHeader) -> dict[str, Any]
     except importlib.metadata.PackageNotFoundError:
         converter = None
     return {"path": str(resolved), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
-            "header_sha256": header.sha256, "transformers": converter, "format": FORMAT}
+            "ctime_ns": stat.st_ctime_ns, "header_sha256": header.sha256, "transformers": converter,
+            "format": FORMAT}
 
 
 def identity_key(identity: dict[str, Any]) -> str:
@@ -391,7 +397,7 @@ class GGUFCache:
     def _remove_stale(self) -> None:
         """Remove the entries of the same path made from other contents (the file changed since); entries
         of the same contents made by another transformers version are left to it."""
-        facts = ("size", "mtime_ns", "header_sha256")
+        facts = ("size", "mtime_ns", "ctime_ns", "header_sha256")
         for other in self.path.parent.glob("*/" + SOURCE_FILE):
             if other.parent == self.path:
                 continue

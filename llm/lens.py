@@ -32,7 +32,6 @@ from typing import Any
 import numpy as np
 
 from countlens.core.errors import ConfigError, literal
-from countlens.probes.ridge import penalty_unit, standardisation
 
 # Attribute names of the final norm on a causal LM's base model (Llama, Qwen, Gemma, Mistral, Phi-3, OLMo-2:
 # ``norm``; GPT-2: ``ln_f``; GPT-NeoX: ``final_layer_norm``; others).
@@ -280,6 +279,10 @@ class RidgeMap:
     """
 
     def __init__(self, X: np.ndarray, Y: np.ndarray, standardize: bool = True):
+        # The probes' room (scikit-learn behind it) loads only when a lens is fitted: a command's check runs
+        # before it, in seconds.
+        from countlens.probes.ridge import penalty_unit, standardisation
+
         X = np.asarray(X, dtype=np.float64)
         Y = np.asarray(Y, dtype=np.float64)
         if X.ndim != 2 or Y.ndim != 2 or len(X) != len(Y) or len(X) < 1:

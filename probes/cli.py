@@ -85,7 +85,7 @@ def register(subparsers) -> None:
              f"{_grid_text(DEFAULT_ALPHA_GRID)} ({DEFAULT_ALPHA_GRID[2]} values; stronger penalties are never "
              f"selected), the sweep draws the whole trade-off over {_grid_text(DEFAULT_SWEEP_ALPHA_GRID)} "
              f"({DEFAULT_SWEEP_ALPHA_GRID[2]} values), down to probes shrunk to almost zero norm.", 100)
-    parser = subparsers.add_parser("probe", help="ridge probes of the count per location (Figures 7 and 8)",
+    parser = subparsers.add_parser("probe", help="ridge probes of the count per location, and of the count at every item (Figures 7, 8 and 10)",
                                    description=f"{_RUN_DESCRIPTION}\n\n{grids}", usage=_USAGE,
                                    formatter_class=HelpFormatter)
     # Shared flags use SUPPRESS in the subcommands so `probe --acts X sweep ...` keeps X.

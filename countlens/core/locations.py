@@ -38,7 +38,9 @@ def location_label(name: str) -> str:
 
 def resolve_locations(names: list[str], spec: str | int | None) -> list[int]:
     """Location indices from a spec: a name (``blocks.0.hook_resid_post``), an index (``3``, ``-1``), an
-    inclusive range (``0:5``), a comma list of those, or ``all`` / ``None`` for every location.
+    inclusive range (``0:5``, ``2:-1``) with an optional step (``0:-1:4``: every 4th from 0, so a spec that
+    fits any depth), a comma list of those (repeats dropped, first order kept), or ``all`` / ``None`` for
+    every location.
 
     Raises :class:`UsageError` naming the available locations for one that does not exist.
     """
@@ -68,8 +70,11 @@ def _resolve_item(names: list[str], item: str) -> list[int]:
         bounds = []
     if len(bounds) == 1 and -len(names) <= bounds[0] < len(names):
         return [bounds[0] % len(names)]
-    if len(bounds) == 2 and 0 <= bounds[0] <= bounds[1] < len(names):
-        return list(range(bounds[0], bounds[1] + 1))
+    if len(bounds) in (2, 3) and all(-len(names) <= b < len(names) for b in bounds[:2]):
+        start, stop = (b % len(names) for b in bounds[:2])
+        step = bounds[2] if len(bounds) == 3 else 1
+        if start <= stop and step >= 1:
+            return list(range(start, stop + 1, step))
     shown = ", ".join(names[:4]) + (f", ... ({len(names)} in all)" if len(names) > 4 else "")
     what = str(bounds[0]) if len(bounds) == 1 else repr(item)  # an index is named as the number it is
     raise UsageError(f"location {what} does not exist; choose names or indices 0..{len(names) - 1} "

@@ -21,8 +21,8 @@ DESCRIPTION = """How a transformer represents a count, and what that costs in pa
   countlens reproduce --quick --out report   every table and figure, and report/index.html
   countlens study --models A,B --out study   the analysis over several models, and one comparison
   countlens toy ...                          the toy theory: constructions, checks, Tables 1-3, Figures 1-4
-  countlens llm ...                          chat-model prompts and residual-stream capture
-  countlens probe ...                        ridge probes: Figures 7 and 8
+  countlens llm ...                          chat-model capture, patching, steering, heads, lenses: Figures 9, 11-13
+  countlens probe ...                        ridge probes: Figures 7, 8 and 10
   countlens geometry / compare               Figures 5 and 6, toy vs LLM
 
 Definitions of every quantity: docs/definitions.md. Each command's --help lists its options."""
@@ -38,8 +38,8 @@ _AREAS = {
 }
 _PIPELINE = ("reproduce", "study")
 # The capture options reproduce and study take (declared once, by the llm room's command line).
-REPRODUCE_CAPTURE = ("model", "gguf_file", "device", "dtype", "template", "batch_size")
-STUDY_CAPTURE = ("device", "dtype", "batch_size", "template")
+REPRODUCE_CAPTURE = ("model", "gguf_file", "revision", "device", "dtype", "template", "batch_size", "no_cache")
+STUDY_CAPTURE = ("device", "dtype", "batch_size", "template", "no_cache")
 
 
 class Parser(OneLineParser):
@@ -150,6 +150,9 @@ def register_study(subparsers) -> None:
     add_capture_options(p, STUDY_CAPTURE, defaults=None)
     p.add_argument("--patching", action="store_true",
                    help="also run Figure 9 (boundary patching and steering along the probe) in every model's report")
+    p.add_argument("--where", action="store_true",
+                   help="also run Figures 10-13 (the count at every item, patching over positions, the heads, "
+                        "lenses) in every model's report")
     p.set_defaults(func=cmd_study)
 
 
@@ -159,7 +162,7 @@ def cmd_study(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     config = StudyConfig(models=args.models, preset=_preset(args), capture=capture_options(args, STUDY_CAPTURE),
-                         patching=args.patching)
+                         patching=args.patching, where=args.where)
     result, failures = run_study(config, out, args.ray)
     if result.models:
         print(f"study: {len(result.models)} of {len(config.models)} models compared in {out / 'index.html'}")

@@ -138,6 +138,16 @@ def _reading_notes(page: Page) -> None:
              "<li>Probe accuracies: Figure 7 and the probe table are validation-selected and test-scored; "
              "Figure 8 shows every α's test accuracy without selection; the comparison shows the validation-"
              "selected probe's test accuracy and the smallest norm exact on the validation rows.</li>"
+             "<li>The model's answers, three read-outs: the greedy answer (what the model says; on small models "
+             "that give the same answer, often “one”, to most prompts it is flat, and shows nothing of what the "
+             "model holds); the answer as a distribution over the candidate counts, each teacher-forced over all "
+             "its tokens (the expected count and the correct count's rank: informative on weak models, but a "
+             "preference, not an answer the model gives); and the normalised logit difference of patching and "
+             "ablation (one where the clean run's preference is restored, zero where none of it is; not defined "
+             "where the clean and corrupted runs barely differ, so those pairs are counted, not divided by).</li>"
+             "<li>Probes and lenses read what is linearly there, not what the model uses: a count a probe reads "
+             "and the answer misses is the gap that patching, steering, the heads and the lenses locate, never a "
+             "proof that the model computes it there.</li>"
              "<li>Definitions: <code>docs/definitions.md</code> in the repository.</li></ul>")
 
 

@@ -31,20 +31,37 @@ from countlens.core.results import config_record
 from countlens.core.threads import TOY_THREADS
 from countlens.llm.experiments import (
     CaptureResult,
+    HeadsResult,
+    LensResult,
     PatchingResult,
+    PositionPatchingResult,
     SteeringResult,
     preflight_capture,
     run_capture,
+    run_heads,
+    run_lens,
     run_patching,
+    run_position_patching,
     run_steering,
 )
 from countlens.llm.figures import draw_patching, draw_steering, patching_view, steering_view
+from countlens.llm.figures_heads import draw_heads, heads_view
+from countlens.llm.figures_lens import draw_lens, lens_view
+from countlens.llm.figures_patching import draw_position_patching, position_patching_view
 from countlens.llm.models import model_pool
 from countlens.pipeline.presets import PRESETS
 from countlens.pipeline.report import write_index
 from countlens.pipeline.stages import CACHE_FOLDER, Stage, refuse_other_stages, run_stages, select, stage_done
 from countlens.probes.experiments import ProbeResult, SweepResult, run_probes, run_sweep
-from countlens.probes.figures import draw_probes, draw_sweep, probe_view, sweep_view
+from countlens.probes.figures import (
+    draw_probes,
+    draw_running_count,
+    draw_sweep,
+    probe_view,
+    running_count_view,
+    sweep_view,
+)
+from countlens.probes.running import RunningCountResult, run_running_count
 from countlens.toy.budget import TABLE3_VARIANTS
 from countlens.toy.experiments import (
     ConstructionsResult,
@@ -102,8 +119,19 @@ def build_stages(preset: str, capture: dict[str, Any] | None = None) -> list[Sta
     preset's capture config (``model``, ``device``, ...); Figure 9 runs the capture's own model and wording."""
     captured = capture_config(preset, capture)
     p = PRESETS[preset]
-    patching = dataclasses.replace(p["patching"], model=captured.model, template=captured.prompts.template)
-    steering = dataclasses.replace(p["steering"], device=captured.model.device)
+    model, template = captured.model, captured.prompts.template
+    patching = dataclasses.replace(p["patching"], model=model, template=template)
+    steering = dataclasses.replace(p["steering"], device=model.device)
+    items = p["capture-items"]
+    items = dataclasses.replace(items, model=model, batch_size=captured.batch_size,
+                                prompts=dataclasses.replace(items.prompts, template=template))
+    positions = p["patching-positions"]
+    positions = dataclasses.replace(positions, model=model, prompts=dataclasses.replace(positions.prompts,
+                                                                                         template=template))
+    heads = p["heads"]
+    heads = dataclasses.replace(heads, model=model, prompts=dataclasses.replace(heads.prompts, template=template))
+    lens = dataclasses.replace(p["lens"], device=model.device)
+    llm = {"model": model, "options": {"progress": True}}  # handed the run's one load of the model
     table2 = p["toy-table2"]
     toy = {"threads": TOY_THREADS, "options": {"progress": True}}  # one torch thread, as `countlens toy` runs
     trained = {**toy, "cache": True}
@@ -128,7 +156,8 @@ def build_stages(preset: str, capture: dict[str, Any] | None = None) -> list[Sta
         Stage("toy-construct", "Toy constructions for the comparison", p["toy-construct"], run_constructions,
               ConstructionsResult, **toy),
         Stage("capture", "Capture: assistant-boundary residual stream", captured, run_capture, CaptureResult,
-              places={"out": ACTS_PLACE}, options={"progress": True}),
+              places={"out": ACTS_PLACE}, options={"progress": True},
+              model=None if captured.random_init else model),
         Stage("geometry", "Figures 5 and 6: layerwise geometry", p["geometry"], run_geometry, GeometryResult,
               draw_geometry, geometry_view, needs=("capture",), links=("acts",)),
         Stage("probe", "Figure 7: ridge probes per location", p["probe"], run_probes, ProbeResult, draw_probes,
@@ -139,9 +168,21 @@ def build_stages(preset: str, capture: dict[str, Any] | None = None) -> list[Sta
         Stage("compare", "Toy vs LLM", p["compare"], run_compare, CompareResult, draw_compare, compare_view,
               needs=("capture", "toy-construct"), links=("toy", "acts"), places={"work_dir": ""}),
         Stage("patching", "Figure 9a: boundary activation patching", patching, run_patching, PatchingResult,
-              draw_patching, patching_view),
-        Stage("steering", "Figure 9b: steering along the probe", steering, run_steering, SteeringResult,
-              draw_steering, steering_view, needs=("capture", "probe"), links=("acts", "probes")),
+              draw_patching, patching_view, **llm),
+        Stage("steering", "Figure 9b: steering along the probe and the mean difference", steering, run_steering,
+              SteeringResult, draw_steering, steering_view, needs=("capture", "probe"), links=("acts", "probes"),
+              **llm),
+        Stage("capture-items", "Capture at every item", items, run_capture, CaptureResult,
+              places={"out": ACTS_PLACE}, **llm),
+        Stage("probe-running", "Figure 10: the count at every item", p["probe-running"], run_running_count,
+              RunningCountResult, draw_running_count, running_count_view, needs=("capture-items",), links=("acts",),
+              places={"resume_dir": CACHE_FOLDER}, options={"progress": True}),
+        Stage("patching-positions", "Figure 11: patching over positions and layers", positions,
+              run_position_patching, PositionPatchingResult, draw_position_patching, position_patching_view, **llm),
+        Stage("heads", "Figure 12: the heads that read the items", heads, run_heads, HeadsResult, draw_heads,
+              heads_view, needs=("probe",), links=("probes",), **llm),
+        Stage("lens", "Figure 13: lenses at the boundary", lens, run_lens, LensResult, draw_lens, lens_view,
+              needs=("capture", "probe"), links=("acts", "probes"), **llm),
     ]
 
 

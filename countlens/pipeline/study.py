@@ -47,9 +47,10 @@ MODELS_DIR = "models"
 CACHE_DIR = ".study"
 RETRIES = 2  # retries of a model's Ray task whose worker died; the model resumes from its finished stages
 # The stages of each model's own report (the rest of `reproduce` is the toy theory, which is model-free),
-# and Figure 9's causal tests, run where asked.
+# Figure 9's causal tests, and Figures 10-13 (where the count is formed, why the answer is wrong), run where asked.
 MODEL_STAGES = ("toy-construct", "capture", "probe", "geometry", "compare")
 PATCHING_STAGES = ("patching", "steering")
+WHERE_STAGES = ("capture-items", "probe-running", "patching-positions", "heads", "lens")
 
 def model_folder_names(models: list[str]) -> list[str]:
     """One folder name per model spec (``org/name`` → ``org--name``, a path → its last part), unique."""
@@ -76,12 +77,14 @@ class StudyConfig:
     """``countlens study``: ``models`` (specs as for ``llm capture --model``), the size ``preset`` of
     :data:`countlens.pipeline.presets.PRESETS` every model runs at, and ``capture`` — fields of the preset's
     capture config set for every model (``device``, ``dtype``, ``batch_size``, ``template``, ...);
-    ``patching`` adds Figure 9's patching and steering to every model's report."""
+    ``patching`` adds Figure 9's patching and steering to every model's report, ``where`` Figures 10-13 (the
+    count at every item, patching over positions, the heads, the lenses)."""
 
     models: tuple[str, ...]
     preset: str = "quick"
     capture: dict[str, Any] = field(default_factory=dict)
     patching: bool = False
+    where: bool = False
 
     def __post_init__(self) -> None:
         self.models = tuple(str(m).strip() for m in self.models if str(m).strip())
@@ -99,7 +102,8 @@ class StudyConfig:
     def jobs(self) -> list[dict[str, Any]]:
         """One job per model: its folder name, the preset, its capture settings and stages (what keys its
         result)."""
-        stages = list(MODEL_STAGES) + (list(PATCHING_STAGES) if self.patching else [])
+        stages = (list(MODEL_STAGES) + (list(PATCHING_STAGES) if self.patching else [])
+                  + (list(WHERE_STAGES) if self.where else []))
         return [{"model": m, "name": name, "preset": self.preset, "capture": {**self.capture, "model": m},
                  "stages": stages} for m, name in zip(self.models, model_folder_names(list(self.models)), strict=True)]
 
@@ -296,6 +300,6 @@ def _run_on_ray(todo, out, target, cache, summaries, log) -> dict[str, str]:
     return failures
 
 
-__all__ = ["MODEL_STAGES", "PATCHING_STAGES", "StudyConfig", "ModelSummary",
+__all__ = ["MODEL_STAGES", "PATCHING_STAGES", "WHERE_STAGES", "StudyConfig", "ModelSummary",
            "StudyResult", "model_folder_names", "block_positions", "preflight_model", "run_study_model",
            "summarize_model", "run_study"]

@@ -55,7 +55,8 @@ BASE = {
 
 # A bad value of each validated option, per command.
 BAD = {
-    "reproduce": {"--preset": "huge", "--model": "{MISSING}", "--gguf-file": "{MISSING}.gguf", "--device": "gpu",
+    "reproduce": {"--preset": "huge", "--model": "{MISSING}", "--gguf-file": "{MISSING}.gguf", "--revision": "v1",
+                  "--device": "gpu",
                   "--dtype": "float8", "--template": "fancy", "--batch-size": "0", "--stages": "nope"},
     "study": {"--models": ",", "--preset": "huge", "--ray": "local:0", "--device": "gpu", "--dtype": "float8",
               "--batch-size": "0", "--template": "fancy"},

@@ -90,6 +90,25 @@ def test_a_changed_file_is_never_served_a_stale_entry(tmp_path, cache):
     assert not old_entry.exists() and len(list((cache / "gguf").iterdir())) == 1  # the stale entry is gone
 
 
+def test_a_file_rewritten_under_its_old_size_and_time_is_never_served_a_stale_entry(tmp_path, cache):
+    """Regression: the key held the size and modification time alone, so a file replaced by one of the same
+    header and size whose modification time was kept (``cp -p``, ``rsync -t``, ``touch -r``, a restored
+    backup) was served the old weights. The status-change time, which no program can set back, is in the
+    key."""
+    path = write_tiny_gguf(tmp_path / "m.gguf")
+    old = load_model(str(path), progress=False)
+    stat = os.stat(path)
+    write_tiny_gguf(path, seed=1)  # other weights; same header, same size
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # and the old modification time
+    assert (os.stat(path).st_size, os.stat(path).st_mtime_ns) == (stat.st_size, stat.st_mtime_ns)
+    new = load_model(str(path), progress=False)
+    fresh = load_model(str(path), progress=False, no_cache=True)
+    np.testing.assert_array_equal(logits(new), logits(fresh))
+    assert np.abs(logits(new) - logits(old)).max() > 1e-3
+    assert new.source["gguf_sha256"] == fresh.source["gguf_sha256"] != old.source["gguf_sha256"]
+    assert len(list((cache / "gguf").iterdir())) == 1  # the stale entry is gone
+
+
 def test_an_interrupted_conversion_leaves_nothing(tmp_path, cache, monkeypatch):
     path = write_tiny_gguf(tmp_path / "m.gguf")
     real = models._dequantise

@@ -205,3 +205,34 @@ def test_patch_positions_refuses_bad_input_before_the_model_loads(capsys, tiny_m
                                  "--out", str(tmp_path / "out"))
     assert_one_line_error(code, err, *words)
     assert not (tmp_path / "out").exists()
+
+
+def test_patch_positions_refuses_pairs_that_leave_no_corrupted_twin(capsys, tiny_model_dir, tmp_path,  # noqa: F811
+                                                                     no_weights, monkeypatch):
+    """A pair whose twin (one target turned into the distractor) tokenizes differently anywhere but the flipped
+    item has no corrupted twin to patch: one line naming --pairs, exit 2, nothing written, no weights read.
+    The tokenizer here merges the twin's last two tokens (no real vocabulary at hand does, for a pair that
+    passes the prompts' own one-token checks)."""
+    import countlens.llm.experiments.positions as positions
+
+    real = positions.load_tokenizer
+
+    def merging(ref):
+        tok = real(ref)
+
+        class Merging:  # the prompts are encoded as a batch of texts; a twin alone, and one token shorter
+            def __getattr__(self, name):
+                return getattr(tok, name)
+
+            def __call__(self, text, **kwargs):
+                out = tok(text, **kwargs)
+                return out if not isinstance(text, str) else {"input_ids": out["input_ids"][:-1]}
+
+        return Merging()
+
+    monkeypatch.setattr(positions, "load_tokenizer", merging)
+    code, _, err = run_countlens(capsys, "llm", "patch", "--model", str(tiny_model_dir), *SMALL, "--positions", "all",
+                                 "--counts", "3", "--out", str(tmp_path / "out"))
+    assert_one_line_error(code, err, "turning a target of pair a/b into its distractor changes the prompt's "
+                          "other tokens", "choose other --pairs")
+    assert not (tmp_path / "out").exists()

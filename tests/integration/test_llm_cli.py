@@ -168,6 +168,9 @@ def test_items_capture_prints_its_size_and_a_full_disk_is_refused(tiny_models, t
     assert code == 0 and len(boundary) == 3 and rows == sum(ds["n"][i] + ds["m"][i] + 1 for i in boundary)
     size, done = text.strip().splitlines()
     assert size.startswith(f"expected size on disk: {rows} rows (3 prompts) x 3 locations x 32 dims x 4 bytes = ")
+    stored = acts_array(ds, dtype=np.float32)
+    assert capture_meta(ds)["dtype"] == "float32" and stored.shape == (rows, 3, 32)
+    assert f" = {stored.nbytes / 1e3:.1f} kB + " in size  # the activations as stored: rows x 3 x 32 x 4 bytes
     assert "free" in size and done.startswith(f"captured 3 prompts ({rows} rows: every item and the boundary)")
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(shutil_module, "disk_usage", lambda path: usage(10**6, 10**6 - 1000, 1000))
@@ -175,3 +178,40 @@ def test_items_capture_prints_its_size_and_a_full_disk_is_refused(tiny_models, t
     assert_one_line_error(code, err, "has 1.0 kB free", "fewer --locations", "--acts-dtype float16", "--counts",
                           "another --out")
     assert not (tmp_path / "full").exists()
+
+
+@pytest.fixture
+def no_weights(monkeypatch):
+    """Loading any model's weights fails the test: the refusals below come from the tokenizer and config."""
+    import transformers
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the weights were loaded before the bad input was refused")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
+
+
+def test_items_without_a_target_and_answers_beyond_the_context_are_one_line_before_the_weights_load(
+        tiny_models, tmp_path, capsys, no_weights):  # noqa: F811
+    """``--positions items`` on prompts with no target item, and ``--answers`` whose longest candidate does not
+    fit after the longest prompt: one line naming the flags, exit 2, nothing written, no weights read."""
+    model = str(tiny_models["llama"])
+    base = ["--pairs", "a/b", "--configs", "count", "--seeds", "0", "--L", "10", "--quiet"]
+    code, _, err = run_countlens(capsys, "llm", "capture", "--model", model, *base, "--counts", "0",
+                                 "--positions", "items", "--out", str(tmp_path / "items"))
+    assert_one_line_error(code, err, "--positions items", "--counts are all 0")
+    assert not (tmp_path / "items").exists()
+    from countlens.llm.experiments import CaptureConfig, plan_capture
+
+    longest = plan_capture(CaptureConfig().with_options(model=model, L=10, counts=[1, 10], pairs=[["a", "b"]],
+                                                        configs=["count"], seeds=[0]), progress=False).prompts[-1]
+    short = tmp_path / "short-context"
+    shutil.copytree(model, short)
+    config = json.loads((short / "config.json").read_text())
+    config["max_position_embeddings"] = longest.n_tokens + 1  # the prompts fit; "10" (two tokens) after them not
+    (short / "config.json").write_text(json.dumps(config))
+    code, _, err = run_countlens(capsys, "llm", "capture", "--model", str(short), *base, "--counts", "1,10",
+                                 "--answers", "--out", str(tmp_path / "answers"))
+    assert_one_line_error(code, err, "longest candidate answer (2 tokens", "context of", "lower --L",
+                          "the largest of --counts")
+    assert not (tmp_path / "answers").exists()

@@ -1,11 +1,11 @@
-"""Load once per run: ``reproduce`` loads a model once for all its LLM stages (capture, patching, steering — the
-stages that declare ``model`` are handed it as ``loaded=``), with the same results as loading it per stage;
+"""Load once per run: ``reproduce`` loads a model once for all its LLM stages (capture, patching, steering, the
+items capture, patching over positions, heads, lenses — the stages that declare ``model`` are handed it as
+``loaded=``), with the same results as loading it per stage;
 ``study`` releases each model's weights before the next one loads."""
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import weakref
 
@@ -18,8 +18,8 @@ from countlens.pipeline.reproduce import build_stages, reproduce
 from tests.helpers.llm_fixtures import tiny_models  # noqa: F401
 from tests.helpers.tiny_gguf import write_tiny_gguf
 
-LLM_STAGES = ("capture", "probe", "patching", "steering")
-LOADING = ("capture", "patching", "steering")
+LLM_STAGES = ("capture", "probe", "patching", "steering", "capture-items", "patching-positions", "heads", "lens")
+LOADING = ("capture", "patching", "steering", "capture-items", "patching-positions", "heads", "lens")
 
 
 @pytest.fixture
@@ -38,13 +38,6 @@ def loads(monkeypatch):
     return seen
 
 
-def declared(preset, capture=None):
-    """The stages as the lead wires them: each LLM stage declares the capture's model."""
-    stages = build_stages(preset, capture)
-    spec = stages[[s.name for s in stages].index("capture")].config.model
-    return [dataclasses.replace(s, model=spec) if s.name in LOADING else s for s in stages]
-
-
 def rows(out, stage, name):
     data = json.loads((out / stage / name).read_text())
     return data["rows"]
@@ -54,17 +47,16 @@ def test_reproduce_loads_each_model_once_with_the_same_results(tmp_path, monkeyp
     monkeypatch.setenv("COUNTLENS_CACHE", str(tmp_path / "cache"))
     model = str(write_tiny_gguf(tmp_path / "m.gguf"))
     handed = []
-    monkeypatch.setattr(reproduce_module, "build_stages", declared)
-    for name in LOADING:  # record what each stage is handed
-        stage = next(s for s in build_stages("test", {"model": model}) if s.name == name)
-        run = stage.run
+    stages = build_stages("test", {"model": model})
+    assert tuple(s.name for s in stages if s.model is not None) == LOADING  # each declares the capture's model
+    for run in {s.run for s in stages if s.name in LOADING}:  # record what each run is handed
         monkeypatch.setattr(reproduce_module, run.__name__,
-                            lambda *a, _run=run, _name=name, **k: handed.append((_name, k.get("loaded"))) or _run(*a, **k))
+                            lambda *a, _run=run, **k: handed.append((a[0], k.get("loaded"))) or _run(*a, **k))
     once = tmp_path / "once"
     summary = reproduce(once, "test", {"model": model}, only=list(LLM_STAGES))
     assert all(s["status"] == "done" for s in summary["stages"] if s["stage"] in LLM_STAGES), summary["stages"]
     assert [gguf for gguf, _ in loads] == [True, False]  # dequantised once, its float copy loaded once
-    assert [n for n, _ in handed] == list(LOADING) and len({id(m) for _, m in handed}) == 1 and handed[0][1]
+    assert len(handed) == len(LOADING) and len({id(m) for _, m in handed}) == 1 and handed[0][1]
     handed.clear()
     loads.clear()
 
@@ -76,6 +68,16 @@ def test_reproduce_loads_each_model_once_with_the_same_results(tmp_path, monkeyp
                                   acts_array(load_capture(per_stage / "capture" / "acts")))
     assert rows(once, "patching", "patching.json") == rows(per_stage, "patching", "patching.json")
     assert rows(once, "steering", "steering.json") == rows(per_stage, "steering", "steering.json")
+    np.testing.assert_array_equal(acts_array(load_capture(once / "capture-items" / "acts")),
+                                  acts_array(load_capture(per_stage / "capture-items" / "acts")))
+    for stage, name in (("patching-positions", "position_patching.json"), ("heads", "heads.json"),
+                        ("lens", "lens.json")):
+        same = json.loads((once / stage / name).read_text().replace(str(once), str(per_stage)))  # paths aside
+        other = json.loads((per_stage / stage / name).read_text())
+        for d in (same, other):  # how long each took is no part of the result
+            for key in ("provenance", "wall_s", "seconds"):
+                d.pop(key, None)
+        assert same == other, stage
 
 
 def test_study_releases_a_model_before_the_next_loads(tiny_models, tmp_path, monkeypatch, loads):  # noqa: F811

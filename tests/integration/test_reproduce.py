@@ -19,7 +19,7 @@ from tests.helpers.report_checks import check_report
 
 PNG = b"\x89PNG\r\n\x1a\n"
 FIGURES = ("toy-figure1", "toy-figure2", "toy-figure3", "toy-figure4", "geometry", "probe", "probe-sweep",
-           "compare", "patching", "steering")
+           "compare", "patching", "steering", "probe-running", "patching-positions", "heads", "lens")
 
 
 @pytest.fixture

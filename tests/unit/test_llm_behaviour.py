@@ -96,6 +96,50 @@ def test_steering_result_and_figure(capture_dir, tmp_path):
     check_report(tmp_path, "".join(page.parts))
 
 
+def test_every_steering_row_records_the_step_over_its_own_boundary_vectors_norm(capture_dir, tiny_model_dir,  # noqa: F811
+                                                                              tmp_path):
+    """``relative_norm`` of every row is ‖step‖ / ‖the prompt's boundary vector at the steered location‖,
+    the vector taken here from an unpadded forward of the prompt alone (a hook on the last block's output,
+    written against the Llama modules); ``step_norm`` is the probe step's norm |Δ| / ‖w‖ (the random
+    control's too). The boundary norms differ from prompt to prompt, so a ratio to another prompt's norm, or
+    to a mean norm, would fail."""
+    import torch
+
+    from countlens.llm.models import load_model
+    from countlens.llm.prompts import PromptSettings, build_prompts
+
+    meta = read_meta(capture_dir)
+    write_probes(tmp_path / "probes.json", meta, best=2)
+    config = SteeringConfig(acts=str(capture_dir), probes=str(tmp_path / "probes.json"), deltas=[-2.0, 0.5, 4.0],
+                            counts=[2, 7, 11, 15], max_prompts=4, answer_tokens=1)
+    result = run_steering(config)
+    assert result.location == "blocks.1.hook_resid_post" == meta["locations"][-1]
+    settings = meta["settings"]
+    loaded = load_model(str(tiny_model_dir), progress=False)
+    model = loaded.model
+    prompts = build_prompts(loaded.tokenizer, PromptSettings(**{k: settings[k] for k in PromptSettings().to_dict()}))
+    kept = {}
+    handle = model.model.layers[-1].register_forward_hook(
+        lambda module, args, out: kept.update(h=(out[0] if isinstance(out, tuple) else out)[0, -1].clone()))
+    norm = {}
+    try:
+        with torch.inference_mode():
+            for p in prompts:
+                model(input_ids=torch.tensor([p.ids]))
+                norm[(p.seed, p.config, p.pair, p.n)] = float(np.linalg.norm(kept["h"].double().numpy()))
+    finally:
+        handle.remove()
+    w = np.asarray(json.loads((tmp_path / "probes.json").read_text())["locations"][2]["fits"][0]["coef"])
+    mine = sorted({norm[(r["seed"], r["config"], r["pair"], r["n"])] for r in result.rows})
+    assert len(mine) == 4 and min(np.diff(mine)) > 1e-4 * mine[-1]  # four prompts, told apart by their norms
+    assert len(result.rows) == 2 * 3 * 4  # probe and random, three Δ, four prompts
+    for r in result.rows:
+        step = abs(r["delta"]) / np.linalg.norm(w)
+        assert r["step_norm"] == pytest.approx(step, rel=1e-6)
+        assert r["relative_norm"] == pytest.approx(step / norm[(r["seed"], r["config"], r["pair"], r["n"])],
+                                                   rel=1e-5)
+
+
 @pytest.mark.parametrize("deltas", [[], [float("nan")], [1.0, float("inf")]])
 def test_steering_refuses_empty_or_non_finite_deltas(deltas):
     with pytest.raises(ConfigError, match="deltas") as caught:
@@ -285,3 +329,4 @@ def test_in_count_units_the_expected_count_moves_by_the_predicted_amount(smollm2
         y = b + row["delta"] * steps[row["direction"]]
         assert row["steered_expected"] == pytest.approx(expected_count(y - y.mean(), v, e), abs=1e-4)
         assert row["step_norm"] == pytest.approx(abs(row["delta"]))
+        assert row["relative_norm"] == pytest.approx(abs(row["delta"]) / np.linalg.norm(b), rel=1e-5)

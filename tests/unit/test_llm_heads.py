@@ -45,8 +45,10 @@ def loaded_family(family_model, family):  # noqa: F811
 
 
 def reference_masses(model, prompt, role, query: int) -> np.ndarray:
-    """(n_blocks, H, 3) masses from ``output_attentions=True`` of one unpadded prompt, summed by hand."""
-    with eager_attention(model), torch.no_grad():
+    """(n_blocks, H, 3) masses from ``output_attentions=True`` of one unpadded prompt, summed by hand;
+    ``model`` was loaded with ``attn_implementation="eager"`` (not through the code under test)."""
+    assert model.config._attn_implementation == "eager"
+    with torch.no_grad():
         att = model(input_ids=torch.tensor([prompt.ids]), output_attentions=True).attentions
     items = list(range(prompt.first_item_index, prompt.last_item_index + 1))
     targets = [p for p, r in zip(items, role, strict=True) if r]
@@ -71,9 +73,12 @@ def test_masses_equal_output_attentions(family_model, family):  # noqa: F811
         masses, means = head_masses(model, prompts, roles, site, pad_token_id(tok), batch_size=3)  # left-padded
     assert model.config._attn_implementation == before  # eager only while measuring
     assert len({p.n_tokens for p in prompts}) > 1  # the batch really was padded
+    from transformers import AutoModelForCausalLM
+
+    eager = AutoModelForCausalLM.from_pretrained(str(family_model(family)), attn_implementation="eager").eval()
     for i, (p, role) in enumerate(zip(prompts, roles, strict=True)):
         for q, query in enumerate((p.boundary_index, p.last_item_index)):
-            np.testing.assert_allclose(masses[i, :, q], reference_masses(model, p, role, query), atol=2e-5)
+            np.testing.assert_allclose(masses[i, :, q], reference_masses(eager, p, role, query), atol=2e-5)
     np.testing.assert_allclose(masses.sum(-1), 1.0, atol=1e-5)
     assert means.shape == (len(find_blocks(model)), means.shape[1])
 

@@ -191,7 +191,13 @@ def test_resume_key_grows_only_with_items(tiny_models):  # noqa: F811
     assert "rows (16 prompts) x 3 locations x 32 dims x 4 bytes" in items.size_text()
 
 
-def test_bad_positions_are_refused_before_the_weights_load(tiny_models, tmp_path):  # noqa: F811
+def test_bad_positions_are_refused_before_the_weights_load(tiny_models, tmp_path, monkeypatch):  # noqa: F811
+    import transformers
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the weights were loaded before the bad input was refused")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
     model = str(tiny_models["llama"])
     for extra, words in [(dict(positions="every"), "positions must be one of boundary, items"),
                          (dict(positions="items", counts=[0]), "counts are all 0")]:
