@@ -38,14 +38,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from countlens.core.io import write_json_atomic
+from countlens.core.io import free_bytes, size_text, write_json_atomic
 
 # GGUF metadata value types (https://github.com/ggml-org/ggml/blob/master/docs/gguf.md)
 _SCALAR = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 _STRING, _ARRAY = 8, 9
 _WIDTH = {k: struct.calcsize(v) for k, v in _SCALAR.items()}
 SHORT_ARRAY = 1024  # arrays up to this many entries are read; longer ones are only located
-SPECIAL_TOKENS = {"bos_token": "bos_token_id", "eos_token": "eos_token_id", "unk_token": "unknown_token_id",
+TOKEN_ID_KEYS = {"bos_token": "bos_token_id", "eos_token": "eos_token_id", "unk_token": "unknown_token_id",
                   "pad_token": "padding_token_id"}
 FORMAT = 1  # the cache layout; a new layout gets new keys
 
@@ -237,7 +237,7 @@ def _parse(path: str, buf) -> GGUFHeader:
 
 def _special_tokens(cur: _Cursor, metadata: dict[str, Any], arrays: dict[str, GGUFArray]) -> dict[str, str | None]:
     """The strings of the special tokens whose ids the metadata names."""
-    ids = {name: metadata.get(f"tokenizer.ggml.{key}") for name, key in SPECIAL_TOKENS.items()}
+    ids = {name: metadata.get(f"tokenizer.ggml.{key}") for name, key in TOKEN_ID_KEYS.items()}
     wanted = {int(i) for i in ids.values() if isinstance(i, int)}
     tokens = arrays.get("tokenizer.ggml.tokens")
     if tokens is not None and tokens.type == _STRING and wanted:
@@ -288,22 +288,6 @@ def file_identity(path: str | os.PathLike, header: GGUFHeader) -> dict[str, Any]
 
 def identity_key(identity: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def free_bytes(folder: Path) -> int:
-    """Free bytes on the disk that holds ``folder`` (or its nearest existing parent)."""
-    folder = Path(folder).resolve()
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    return shutil.disk_usage(folder).free
-
-
-def size_text(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
 
 
 @contextlib.contextmanager
@@ -447,5 +431,5 @@ def weights_bytes(header: GGUFHeader) -> int:
 
 
 __all__ = ["GGUFError", "GGUFArray", "GGUFTensor", "GGUFHeader", "read_header", "file_sha256", "GGUFCache",
-           "file_identity", "identity_key", "free_bytes", "size_text", "tokenizer_bytes", "weights_bytes",
+           "file_identity", "identity_key", "tokenizer_bytes", "weights_bytes",
            "TOKENIZER_PART", "WEIGHTS_PART"]

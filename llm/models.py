@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from countlens.core.errors import ConfigError, UsageError, literal
+from countlens.core.io import size_text
 from countlens.llm.gguf import (
     TOKENIZER_PART,
     WEIGHTS_PART,
@@ -49,7 +50,6 @@ from countlens.llm.gguf import (
     GGUFHeader,
     file_sha256,
     read_header,
-    size_text,
     tokenizer_bytes,
     weights_bytes,
 )

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -158,5 +159,21 @@ def config_digest(config: Any, length: int = 20) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:length]
 
 
-__all__ = ["package_versions", "provenance", "to_jsonable", "write_bytes_atomic", "write_text_atomic",
+def free_bytes(path: str | os.PathLike) -> int:
+    """Free bytes on the disk that holds ``path`` (or will: its nearest existing parent)."""
+    folder = Path(path).resolve()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return shutil.disk_usage(folder).free
+
+
+def size_text(n: float) -> str:
+    """``n`` bytes as a short decimal size: ``"1.0 kB"``, ``"615.9 MB"``, ``"12 bytes"``."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} bytes"
+
+
+__all__ = ["free_bytes", "size_text", "package_versions", "provenance", "to_jsonable", "write_bytes_atomic", "write_text_atomic",
            "write_json_atomic", "write_csv_atomic", "read_json", "save_figure", "config_digest"]

@@ -14,7 +14,6 @@ size before it starts.
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from countlens.core.errors import ConfigError, UsageError, literal
-from countlens.core.io import provenance, to_jsonable, write_json_atomic
+from countlens.core.io import free_bytes, provenance, size_text, to_jsonable, write_json_atomic
 from countlens.core.results import Result, result_provenance
 from countlens.core.store import ActivationWriter, existing_capture, load_capture, read_meta
 from countlens.llm.answers import (
@@ -199,10 +198,10 @@ class CapturePlan:
         what one shard holds in memory."""
         acts, other = self.disk_bytes()
         text = (f"expected size on disk: {self.rows():,} rows ({len(self.prompts):,} prompts) x {self.n_locations()} "
-                f"locations x {self.d} dims x {np.dtype(self.config.acts_dtype).itemsize} bytes = {_size(acts)}"
-                f" + {_size(other)} of other columns")
-        return (text + (f"; {_size(free)} free" if free is not None else "")
-                + f"; one shard of {self.config.shard_rows} prompts takes {_size(self.shard_memory())} in memory")
+                f"locations x {self.d} dims x {np.dtype(self.config.acts_dtype).itemsize} bytes = {size_text(acts)}"
+                f" + {size_text(other)} of other columns")
+        return (text + (f"; {size_text(free)} free" if free is not None else "")
+                + f"; one shard of {self.config.shard_rows} prompts takes {size_text(self.shard_memory())} in memory")
 
     def meta(self, facts: dict[str, Any]) -> dict[str, Any]:
         """The capture's ``meta.json`` given the loaded model's :func:`~countlens.llm.capture.model_facts`."""
@@ -231,13 +230,6 @@ class CapturePlan:
     def shard_start(self, index: int) -> int:
         """The plan row (``prompt_id``) of shard ``index``'s first prompt."""
         return index * self.config.shard_rows
-
-
-def _size(n: int) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} bytes"
 
 
 def plan_capture(config: CaptureConfig, progress: bool = True) -> CapturePlan:
@@ -321,14 +313,6 @@ def preflight_capture(config: CaptureConfig, out: str | Path | None = None, prog
         check_disk(plan, out)
 
 
-def free_bytes(out: str | Path) -> int:
-    """The free bytes of the disk ``out`` is (or will be) on."""
-    path = Path(out).resolve()
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return shutil.disk_usage(path).free
-
-
 def check_disk(plan: CapturePlan, out: str | Path, done: set[int] = frozenset()) -> int:
     """The free bytes at ``out``; a one-line ``ConfigError`` naming the fix where the shards still to write
     (all but ``done``) would not fit."""
@@ -338,8 +322,8 @@ def check_disk(plan: CapturePlan, out: str | Path, done: set[int] = frozenset())
     if need > free:
         smaller = "keep fewer {locations}" + (", store {acts_dtype:float16}" if plan.config.acts_dtype == "float32"
                                               else "")
-        raise ConfigError("out", f"the capture needs about {_size(need)} on disk but {literal(out)} has "
-                                 f"{_size(free)} free; {smaller}, capture fewer prompts (fewer {{counts}}, "
+        raise ConfigError("out", f"the capture needs about {size_text(need)} on disk but {literal(out)} has "
+                                 f"{size_text(free)} free; {smaller}, capture fewer prompts (fewer {{counts}}, "
                                  "{seeds} or {pairs}) or choose another {out}",
                           also=("locations", "acts_dtype", "counts", "seeds", "pairs"))
     return free
@@ -507,5 +491,5 @@ def capture_is_whole(out_dir: Path) -> bool:
 
 
 __all__ = ["ACTS_DTYPES", "PADDING_SIDES", "SHARD_ROWS", "check_positive", "CaptureConfig", "CapturePlan",
-           "plan_capture", "target_token_ids", "preflight_capture", "free_bytes", "check_disk", "CaptureResult",
+           "plan_capture", "target_token_ids", "preflight_capture", "check_disk", "CaptureResult",
            "capture_runner", "run_capture", "find_pairs", "random_init_model", "capture_is_whole"]
