@@ -1,5 +1,8 @@
 """Figure 9's costs on the embedded SmolLM2-135M-Instruct: capture prompts/s with and without the model's own
-answers, patched prompt passes against plain ones, and the quick preset's patching and steering stages.
+answers, the answer distribution's cost (the capture's shard runner with ``--answers`` as it ran before the
+distribution — greedy answers and the correct answer's log-probability — against now, with every candidate
+count teacher-forced from the same KV cache; same batches, interleaved rounds), patched prompt passes against
+plain ones, and the quick preset's patching and steering stages.
 
     OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 python3 bench/bench_behaviour.py [--prompts 32]
 """
@@ -12,13 +15,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from countlens.llm.answers import answer_prompts
-from countlens.llm.capture import pad_batch, pad_token_id
+from countlens.llm.answers import answer_prompts, answering_runner
+from countlens.llm.capture import batches, pad_batch, pad_token_id, shard_runner
 from countlens.llm.experiments import (
     CaptureConfig,
     PatchingConfig,
     SteeringConfig,
     boundary_vectors,
+    plan_capture,
     run_capture,
     run_patching,
     run_steering,
@@ -68,6 +72,24 @@ def main() -> None:
                                                 progress=False))
         print(f"capture, {n} prompts (L=256, 4 pairs): {n / plain:.2f} prompts/s plain, {n / answered:.2f} "
               f"prompts/s with --answers (16 answer tokens); ratio {answered / plain:.2f}x")
+
+        plan = plan_capture(capture.with_options(answers=True), progress=False)
+        groups = [[plan.prompts[i] for i in idx] for idx in batches(plan.prompts, capture.batch_size)]
+        runners = {"plain": shard_runner(loaded, plan.locations, "hf", "right", capture.batch_size),
+                   "greedy answers (before)": answering_runner(loaded, plan.locations, capture.batch_size),
+                   "answers + distribution (now)": answering_runner(loaded, plan.locations, capture.batch_size,
+                                                                    candidates=plan.candidates)}
+        rounds: dict[str, list[float]] = {k: [] for k in runners}
+        with torch.inference_mode():
+            for _ in range(3):  # interleaved rounds: a noisy neighbour hurts every method alike
+                for name, runner in runners.items():
+                    rounds[name].append(timed(lambda r=runner: [r.run_batch(g) for g in groups])[1])
+        best = {k: min(v) for k, v in rounds.items()}
+        print(f"shard runner, {len(plan.prompts)} prompts, {len(plan.candidates)} candidate counts, best of 3 "
+              f"interleaved rounds: " + ", ".join(f"{k} {v:.2f} s" for k, v in best.items()))
+        print(f"  the answer distribution costs {best['answers + distribution (now)'] / best['greedy answers (before)']:.3f}x "
+              f"the capture with --answers before it (target <= 1.3); --answers now / plain "
+              f"{best['answers + distribution (now)'] / best['plain']:.2f}x")
 
         prompts = build_prompts(tok, capture.prompts)[:16]
         ids, mask, index = pad_batch(prompts, pad_token_id(tok), "left")

@@ -32,6 +32,7 @@ import contextlib
 import copy
 import inspect
 import re
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -167,6 +168,7 @@ def answer_batch(model, input_ids, attention_mask, correct_ids: Sequence[Sequenc
 # cache — never another prompt pass.
 
 CANDIDATE_ROWS = 64  # candidate sequences fed at once (each carries a copy of its prompt's KV cache)
+CANDIDATE_TOKENS = 256  # fed tokens per packed forward: bounds its (rows, tokens, vocabulary) logits
 MIN_LD_GAP = 0.05  # nats: a clean-vs-corrupt logit difference below this is too small to normalise by
 
 
@@ -198,8 +200,10 @@ def score_candidates(model, logits, cache, attention_mask, last_pos, candidates,
     ``logits`` (B, V): the boundary's next-token logits of the pass; ``cache``: its KV cache (left unchanged);
     ``attention_mask`` (B, T) its mask; ``last_pos`` (B, 1) the boundary's position id. ``candidates``: one list
     of K candidates (token-id lists) for every row, or per row its own list of K. Candidate tokens after the
-    first are fed in batches of at most ``max_rows`` sequences, each with a copy of its row's cache (rows
-    whose candidates are all one token cost nothing more).
+    first are fed after a copy of their row's cache, a row's feeds packed into one sequence under a block mask
+    (:func:`_score_packed`) where the model honours a custom attention mask (checked once per model against
+    one feed per sequence, :func:`_score_feeds`, which it falls back to; ``max_rows`` sequences at a time).
+    Rows whose candidates are all one token cost nothing more.
     """
     import torch
 
@@ -210,16 +214,102 @@ def score_candidates(model, logits, cache, attention_mask, last_pos, candidates,
         raise ValueError("candidates: one list of non-empty token lists, or one list of K per row")
     first = torch.log_softmax(logits.float(), dim=-1)  # (B, V)
     out = np.zeros((B, len(per_row[0])), dtype=np.float64)
-    jobs = []  # (row, feed, [(candidate, tokens), ...]) for the candidates longer than one token
+    rows = []  # (row, [(feed, [(candidate, tokens), ...]), ...]) for the candidates longer than one token
     for b, cands in enumerate(per_row):
         index = torch.tensor([c[0] for c in cands], dtype=torch.long, device=first.device)
         out[b] = first[b, index].double().cpu().numpy()
         feeds, where = _feeds(cands)
-        for j, feed in enumerate(feeds):
-            jobs.append((b, feed, [(k, c) for k, c in enumerate(cands) if where[k] == j]))
+        if feeds:
+            rows.append((b, [(feed, [(k, c) for k, c in enumerate(cands) if where[k] == j])
+                             for j, feed in enumerate(feeds)]))
+    if not rows:
+        return out
+    width = max(sum(len(f) for f, _ in r[1]) for r in rows)
+    if _within_window(model, attention_mask.shape[1] + width) and _packs(model, cache, attention_mask, last_pos, rows):
+        step = max(1, min(max_rows, CANDIDATE_TOKENS // width))
+        for start in range(0, len(rows), step):
+            _score_packed(model, cache, attention_mask, last_pos, rows[start:start + step], out)
+        return out
+    jobs = [(b, feed, members) for b, feeds in rows for feed, members in feeds]
     for start in range(0, len(jobs), max_rows):
         _score_feeds(model, cache, attention_mask, last_pos, jobs[start:start + max_rows], out)
     return out
+
+
+_PACKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> whether packed feeds score right
+
+
+def _within_window(model, length: int) -> bool:
+    """Whether a sequence of ``length`` tokens fits every attention window of ``model`` (a custom mask replaces
+    the model's own sliding-window mask, and a sliding layer's cache keeps only its window)."""
+    config = getattr(model, "config", None)
+    config = getattr(config, "text_config", None) or config
+    window = getattr(config, "sliding_window", None)
+    if not window or getattr(config, "use_sliding_window", True) is False:
+        return True
+    return length <= int(window)
+
+
+def _packs(model, cache, attention_mask, last_pos, rows) -> bool:
+    """Whether ``model`` scores packed feeds (:func:`_score_packed`) as it scores one feed per sequence
+    (:func:`_score_feeds`): decided once per model, on the first row with two feeds or more (a model that
+    ignored the block mask would let one feed see another), by scoring that row both ways. Attention
+    implementations that take no custom 4D mask fail the check and keep one feed per sequence."""
+    if model in _PACKS:
+        return _PACKS[model]
+    row = next((r for r in rows if len(r[1]) > 1), None)
+    if row is None:
+        return False  # nothing that would tell; undecided
+    b, feeds = row
+    packed = np.zeros((b + 1, max(k for _, m in feeds for k, _ in m) + 1))
+    single = packed.copy()
+    try:
+        _score_packed(model, cache, attention_mask, last_pos, [row], packed)
+    except Exception:  # noqa: BLE001 - an attention implementation that refuses a 4D mask
+        _PACKS[model] = False
+        return False
+    _score_feeds(model, cache, attention_mask, last_pos, [(b, f, m) for f, m in feeds], single)
+    half = model.get_input_embeddings().weight.dtype.itemsize < 4
+    _PACKS[model] = bool(np.allclose(packed, single, rtol=0, atol=5e-2 if half else 1e-3))
+    return _PACKS[model]
+
+
+def _score_packed(model, cache, attention_mask, last_pos, rows, out: np.ndarray) -> None:
+    """Feed each row's feeds after its prompt as one sequence, every feed attending to the prompt and to its
+    own earlier tokens only (a block-diagonal causal mask over the fed tokens, positions restarting after the
+    boundary for each feed), and add its candidates' later tokens' log-probabilities to ``out``."""
+    import torch
+
+    device = attention_mask.device
+    dtype = model.get_input_embeddings().weight.dtype
+    R, T = len(rows), attention_mask.shape[1]
+    width = max(sum(len(f) for f, _ in feeds) for _, feeds in rows)
+    ids = torch.zeros((R, width), dtype=torch.long, device=device)
+    offsets = torch.zeros((R, width), dtype=torch.long, device=device)  # each token's place in its feed
+    allowed = torch.zeros((R, width, T + width), dtype=torch.bool, device=device)
+    index = torch.tensor([b for b, _ in rows], dtype=torch.long, device=device)
+    allowed[:, :, :T] = attention_mask[index].bool()[:, None, :]
+    starts = []
+    for i, (_, feeds) in enumerate(rows):
+        at, mine = 0, []
+        for feed, _ in feeds:
+            n = len(feed)
+            ids[i, at:at + n] = torch.tensor(feed, dtype=torch.long)
+            offsets[i, at:at + n] = torch.arange(n)
+            allowed[i, at:at + n, T + at:T + at + n] = torch.tril(torch.ones((n, n), dtype=torch.bool))
+            mine.append(at)
+            at += n
+        starts.append(mine)  # padding after ``at`` attends to the prompt only and is never read
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
+    positions = last_pos[index] + 1 + offsets  # (R, width)
+    result = model(input_ids=ids, attention_mask=mask[:, None], position_ids=positions, use_cache=True,
+                   **{_cache_arg(model): _select_rows(cache, index)})
+    logp = torch.log_softmax(result.logits.float(), dim=-1)  # (R, width, V)
+    for i, (b, feeds) in enumerate(rows):
+        for at, (_, members) in zip(starts[i], feeds, strict=True):
+            for k, tokens in members:
+                later = torch.tensor(tokens[1:], dtype=torch.long, device=logp.device)
+                out[b, k] += float(logp[i, at + torch.arange(len(tokens) - 1), later].double().sum())
 
 
 def _score_feeds(model, cache, attention_mask, last_pos, jobs, out: np.ndarray) -> None:

@@ -3,9 +3,9 @@ on it), a :class:`SteeringResult` out (``steering.json`` and ``steering.csv``).
 
 A step is added to the boundary vector at one location (:class:`countlens.llm.patching.BoundaryEdit`) and
 the forward continues; per step the model's greedy answer and its answer distribution over the capture's
-count range (:func:`countlens.llm.answers.candidate_logprobs` / :func:`~countlens.llm.answers.
-answer_distribution`) are compared with the clean run's. Directions: the validation-selected ridge probe
-``w`` (``probe``), the mean-difference direction ``v`` (``mean-diff``: the least-squares slope of the count
+count range, both from the same prompt pass (:func:`countlens.llm.patching.scored_answers` /
+:func:`~countlens.llm.answers.answer_distribution`), are compared with the clean run's. Directions: the
+validation-selected ridge probe ``w`` (``probe``), the mean-difference direction ``v`` (``mean-diff``: the least-squares slope of the count
 centroids on n, :func:`countlens.llm.lens.count_slope`), and a random direction (the control). Units:
 
 - ``readout`` (the default, the probe's read-out units): ``Δ · w / ‖w‖²``, so the probe reads exactly Δ
@@ -29,13 +29,13 @@ from countlens.core.errors import ConfigError, UsageError, about, literal
 from countlens.core.locations import location_names, resolve_location
 from countlens.core.results import Result, result_provenance
 from countlens.core.store import acts_array, column, load_capture, read_meta
-from countlens.llm.answers import ANSWER_TOKENS, answer_distribution, answer_prompts, candidate_logprobs
+from countlens.llm.answers import ANSWER_TOKENS, answer_distribution
 from countlens.llm.experiments.capture import check_positive, random_init_model
 from countlens.llm.experiments.options import ExperimentConfig
 from countlens.llm.experiments.patching import RowsCSV, answer_shift, boundary_vectors, mean_or_none
 from countlens.llm.lens import count_slope
 from countlens.llm.models import LoadedModel, ModelSpec, check_device, load_tokenizer
-from countlens.llm.patching import BoundaryEdit, count_step, edited_answers, random_direction, steering_vector
+from countlens.llm.patching import count_step, random_direction, scored_answers, steering_vector
 from countlens.llm.prompts import PromptSettings, build_prompts
 
 if TYPE_CHECKING:  # imported where used: it brings scikit-learn, which a capture never needs
@@ -237,17 +237,6 @@ def step_rules(config: SteeringConfig, w: np.ndarray | None, v: np.ndarray | Non
     return rules, length
 
 
-def adding_context(model, location: int, vectors: np.ndarray):
-    """``context(rows, boundary_index)`` for :func:`~countlens.llm.answers.candidate_logprobs`: add
-    ``vectors[row]`` (d,) at the boundary at ``location`` during each batch's prompt pass."""
-    import torch
-
-    def context(rows, index):
-        add = torch.as_tensor(np.asarray(vectors)[list(rows)], dtype=torch.float32)
-        return BoundaryEdit(model, location, index, add=add)
-    return context
-
-
 # ----------------------------------------------------------------------------------- the run
 
 def run_steering(config: SteeringConfig, *, loaded: LoadedModel | None = None,
@@ -292,15 +281,13 @@ def run_steering(config: SteeringConfig, *, loaded: LoadedModel | None = None,
     steps = {(d, delta): rules[d](delta) for d, delta in groups}
     candidates = list(range(min(settings["counts"]), max(settings["counts"]) + 1))
     truth = [p.n for p in prompts]
-    with torch.inference_mode():
-        clean = answer_prompts(model, tok, prompts, template, config.batch_size, config.answer_tokens)
+    with torch.inference_mode():  # answers and every candidate's log-probability from one prompt pass
+        clean = scored_answers(model, tok, prompts, candidates, template, config.batch_size, config.answer_tokens)
         edits = [(loc, "add", steps[g]) for g in groups for _ in prompts]
-        steered = edited_answers(model, tok, prompts * len(groups), edits, template, config.batch_size,
-                                 config.answer_tokens)
+        steered = scored_answers(model, tok, prompts * len(groups), candidates, template, config.batch_size,
+                                 config.answer_tokens, edits=edits)
         norms = np.linalg.norm(boundary_vectors(model, tok, prompts, [loc], config.batch_size)[:, 0].numpy(), axis=1)
-    clean_lp = candidate_logprobs(model, tok, prompts, candidates, template, config.batch_size)
-    steered_lp = candidate_logprobs(model, tok, prompts * len(groups), candidates, template, config.batch_size,
-                                    context=adding_context(model, loc, np.stack([e[2] for e in edits])))
+    clean_lp, steered_lp = clean.candidate_logprobs, steered.candidate_logprobs
     clean_dist = answer_distribution(clean_lp, candidates, truth)
     steered_dist = answer_distribution(steered_lp, candidates, truth * len(groups))
     rows: list[dict[str, Any]] = []
@@ -348,5 +335,5 @@ def _target(n: int, delta: float, candidates: list[int]) -> int | None:
 
 
 __all__ = ["DIRECTIONS", "UNITS", "CONTROL", "SteeringConfig", "SteeringResult", "check_probes", "probe_direction",
-           "capture_spec", "capture_model", "steered_location", "mean_difference", "step_rules", "adding_context",
+           "capture_spec", "capture_model", "steered_location", "mean_difference", "step_rules",
            "run_steering"]

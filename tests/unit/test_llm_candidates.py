@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from countlens.llm import answers
 from countlens.llm.answers import (
     _feeds,
     answer_distribution,
@@ -37,7 +38,8 @@ def test_feeds_cover_every_candidate_with_the_fewest_sequences():
     assert where == [-1, -1, 0, 0, 0, 1]  # "10" and "12" read their second token from the feed "1 0"
 
 
-@pytest.mark.parametrize("family", ["llama-3", "gemma-2", "gpt-2", "qwen3"])
+@pytest.mark.parametrize("family", ["llama-3", "gemma-2", "gemma-3", "gpt-2", "gpt-neox", "mistral", "olmo-2",
+                                    "phi-3", "qwen3"])
 def test_scores_from_the_cache_equal_a_direct_computation(family_model, family):  # noqa: F811
     loaded = load_model(str(family_model(family)), progress=False)
     model, tok = loaded.model, loaded.tokenizer
@@ -49,6 +51,34 @@ def test_scores_from_the_cache_equal_a_direct_computation(family_model, family):
     with torch.inference_mode():
         got = candidate_logprobs(model, tok, prompts, COUNTS, template, batch_size=2)
         want = np.array([[_direct(model, p.ids, c) for c in candidates] for p in prompts])
+    np.testing.assert_allclose(got, want, atol=2e-4, rtol=0)
+    if len(_feeds(candidates)[0]) > 1:  # a row's feeds packed into one sequence under the block mask, except
+        # where the prompt and its feeds outgrow a sliding attention window (the tiny Gemma-2's is short)
+        fits = answers._within_window(model, max(len(p.ids) for p in prompts) + 4)
+        assert answers._PACKS.get(model) is (True if fits else None)
+
+
+@pytest.mark.parametrize("failure", ["refused", "ignored"])
+def test_models_without_custom_masks_fall_back_to_one_feed_per_sequence(family_model, monkeypatch, failure):  # noqa: F811
+    loaded = load_model(str(family_model("qwen3")), progress=False)
+    model, tok = loaded.model, loaded.tokenizer
+    prompts = build_prompts(tok, PromptSettings(L=12, counts=[2, 7], pairs=[["a", "b"]], configs=["count"],
+                                                seeds=[0]))
+    candidates = candidate_token_ids(tok, COUNTS)
+    assert len(_feeds(candidates)[0]) > 1
+    packed = answers._score_packed
+
+    def broken(model, cache, attention_mask, last_pos, rows, out):
+        if failure == "refused":
+            raise RuntimeError("this attention implementation takes no 4D mask")
+        packed(model, cache, attention_mask, last_pos, rows, out)
+        out[rows[0][0]] += 1.0  # as if every feed had seen the others
+    monkeypatch.setattr(answers, "_score_packed", broken)
+    answers._PACKS.pop(model, None)
+    with torch.inference_mode():
+        got = candidate_logprobs(model, tok, prompts, COUNTS, batch_size=2)
+        want = np.array([[_direct(model, p.ids, c) for c in candidates] for p in prompts])
+    assert answers._PACKS[model] is False
     np.testing.assert_allclose(got, want, atol=2e-4, rtol=0)
 
 
