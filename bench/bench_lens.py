@@ -93,10 +93,16 @@ def bench_steering(acts_dir: str, probes: str, loaded) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--acts", required=True, help="a quick-preset capture folder")
-    parser.add_argument("--probes", default=None, help="probes.json fitted on it (needed by the steering part)")
+    parser.add_argument("--acts", default="report/capture/acts",
+                        help="a quick-preset capture folder (default: make demo's, report/capture/acts)")
+    parser.add_argument("--probes", default="report/probe/probes.json",
+                        help="probes.json fitted on it, for the steering part (default: report/probe/probes.json)")
     parser.add_argument("--skip-steering", action="store_true", help="the ridge map and the lens only")
     args = parser.parse_args()
+    if not os.path.isdir(args.acts):
+        parser.exit(2, f"bench_lens: no capture at {args.acts}; run `make demo` first or pass --acts\n")
+    if args.probes and not os.path.isfile(args.probes):
+        args.probes = None  # the ridge map and the lens need the capture only
     quiet_transformers()
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; torch threads {torch.get_num_threads()}")
     acts = acts_array(load_capture(args.acts), dtype=np.float64)
