@@ -202,7 +202,7 @@ def score_candidates(model, logits, cache, attention_mask, last_pos, candidates,
     of K candidates (token-id lists) for every row, or per row its own list of K. Candidate tokens after the
     first are fed after a copy of their row's cache, a row's feeds packed into one sequence under a block mask
     (:func:`_score_packed`) where the model honours a custom attention mask (checked once per model against
-    one feed per sequence, :func:`_score_feeds`, which it falls back to; ``max_rows`` sequences at a time).
+    one feed per sequence, which it falls back to; ``max_rows`` sequences at a time).
     Rows whose candidates are all one token cost nothing more.
     """
     import torch
@@ -230,9 +230,9 @@ def score_candidates(model, logits, cache, attention_mask, last_pos, candidates,
         for start in range(0, len(rows), step):
             _score_packed(model, cache, attention_mask, last_pos, rows[start:start + step], out)
         return out
-    jobs = [(b, feed, members) for b, feeds in rows for feed, members in feeds]
-    for start in range(0, len(jobs), max_rows):
-        _score_feeds(model, cache, attention_mask, last_pos, jobs[start:start + max_rows], out)
+    single = [(b, [fed]) for b, feeds in rows for fed in feeds]  # one feed per sequence
+    for start in range(0, len(single), max_rows):
+        _score_fed(model, cache, attention_mask, last_pos, single[start:start + max_rows], out, block_mask=False)
     return out
 
 
@@ -252,7 +252,7 @@ def _within_window(model, length: int) -> bool:
 
 def _packs(model, cache, attention_mask, last_pos, rows) -> bool:
     """Whether ``model`` scores packed feeds (:func:`_score_packed`) as it scores one feed per sequence
-    (:func:`_score_feeds`): decided once per model, on the first row with two feeds or more (a model that
+    (:func:`_score_fed` without the block mask): decided once per model, on the first row with two feeds or more (a model that
     ignored the block mask would let one feed see another), by scoring that row both ways. Attention
     implementations that take no custom 4D mask fail the check and keep one feed per sequence."""
     if model in _PACKS:
@@ -268,41 +268,57 @@ def _packs(model, cache, attention_mask, last_pos, rows) -> bool:
     except Exception:  # noqa: BLE001 - an attention implementation that refuses a 4D mask
         _PACKS[model] = False
         return False
-    _score_feeds(model, cache, attention_mask, last_pos, [(b, f, m) for f, m in feeds], single)
+    _score_fed(model, cache, attention_mask, last_pos, [(b, [fed]) for fed in feeds], single, block_mask=False)
     half = model.get_input_embeddings().weight.dtype.itemsize < 4
     _PACKS[model] = bool(np.allclose(packed, single, rtol=0, atol=5e-2 if half else 1e-3))
     return _PACKS[model]
 
 
 def _score_packed(model, cache, attention_mask, last_pos, rows, out: np.ndarray) -> None:
-    """Feed each row's feeds after its prompt as one sequence, every feed attending to the prompt and to its
-    own earlier tokens only (a block-diagonal causal mask over the fed tokens, positions restarting after the
-    boundary for each feed), and add its candidates' later tokens' log-probabilities to ``out``."""
+    """Each row's feeds packed into one sequence (:func:`_score_fed` under a block mask)."""
+    _score_fed(model, cache, attention_mask, last_pos, rows, out, block_mask=True)
+
+
+def _score_fed(model, cache, attention_mask, last_pos, rows, out: np.ndarray, block_mask: bool) -> None:
+    """Feed each row's feeds after its prompt (a copy of its cache; one batch) and add its candidates' later
+    tokens' log-probabilities to ``out``. ``rows``: ``(prompt row, [(feed, [(candidate, tokens), ...]), ...])``.
+
+    ``block_mask``: a row's feeds are one sequence, each feed attending to the prompt and to its own earlier
+    tokens only (a custom 4D mask, block-diagonal causal over the fed tokens) with positions restarting after
+    the boundary; else every row holds one feed, fed under the model's own 2D mask (right-padded)."""
     import torch
 
     device = attention_mask.device
-    dtype = model.get_input_embeddings().weight.dtype
     R, T = len(rows), attention_mask.shape[1]
     width = max(sum(len(f) for f, _ in feeds) for _, feeds in rows)
     ids = torch.zeros((R, width), dtype=torch.long, device=device)
     offsets = torch.zeros((R, width), dtype=torch.long, device=device)  # each token's place in its feed
-    allowed = torch.zeros((R, width, T + width), dtype=torch.bool, device=device)
+    valid = torch.zeros((R, width), dtype=attention_mask.dtype, device=device)
+    allowed = torch.zeros((R, width, T + width), dtype=torch.bool, device=device) if block_mask else None
     index = torch.tensor([b for b, _ in rows], dtype=torch.long, device=device)
-    allowed[:, :, :T] = attention_mask[index].bool()[:, None, :]
-    starts = []
+    starts = []  # per row, where each of its feeds begins
     for i, (_, feeds) in enumerate(rows):
+        if not block_mask and len(feeds) != 1:
+            raise ValueError("without a block mask every row holds one feed")
         at, mine = 0, []
         for feed, _ in feeds:
             n = len(feed)
             ids[i, at:at + n] = torch.tensor(feed, dtype=torch.long)
             offsets[i, at:at + n] = torch.arange(n)
-            allowed[i, at:at + n, T + at:T + at + n] = torch.tril(torch.ones((n, n), dtype=torch.bool))
+            valid[i, at:at + n] = 1  # padding after the feeds is never attended to and never read
+            if block_mask:
+                allowed[i, at:at + n, T + at:T + at + n] = torch.tril(torch.ones((n, n), dtype=torch.bool))
             mine.append(at)
             at += n
-        starts.append(mine)  # padding after ``at`` attends to the prompt only and is never read
-    mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
-    positions = last_pos[index] + 1 + offsets  # (R, width)
-    result = model(input_ids=ids, attention_mask=mask[:, None], position_ids=positions, use_cache=True,
+        starts.append(mine)
+    if block_mask:
+        dtype = model.get_input_embeddings().weight.dtype
+        allowed[:, :, :T] = attention_mask[index].bool()[:, None, :]  # padding queries see the prompt only
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
+        mask = mask[:, None]  # (R, 1, width, T + width)
+    else:
+        mask = torch.cat([attention_mask[index], valid], dim=1)  # (R, T + width)
+    result = model(input_ids=ids, attention_mask=mask, position_ids=last_pos[index] + 1 + offsets, use_cache=True,
                    **{_cache_arg(model): _select_rows(cache, index)})
     logp = torch.log_softmax(result.logits.float(), dim=-1)  # (R, width, V)
     for i, (b, feeds) in enumerate(rows):
@@ -310,31 +326,6 @@ def _score_packed(model, cache, attention_mask, last_pos, rows, out: np.ndarray)
             for k, tokens in members:
                 later = torch.tensor(tokens[1:], dtype=torch.long, device=logp.device)
                 out[b, k] += float(logp[i, at + torch.arange(len(tokens) - 1), later].double().sum())
-
-
-def _score_feeds(model, cache, attention_mask, last_pos, jobs, out: np.ndarray) -> None:
-    """Feed each job's tokens after its row's prompt (one batch) and add its candidates' later tokens'
-    log-probabilities to ``out``."""
-    import torch
-
-    device = attention_mask.device
-    rows = torch.tensor([b for b, _, _ in jobs], dtype=torch.long, device=device)
-    width = max(len(f) for _, f, _ in jobs)
-    ids = torch.zeros((len(jobs), width), dtype=torch.long, device=device)
-    valid = torch.zeros((len(jobs), width), dtype=attention_mask.dtype, device=device)
-    for i, (_, feed, _) in enumerate(jobs):
-        ids[i, :len(feed)] = torch.tensor(feed, dtype=torch.long)
-        valid[i, :len(feed)] = 1  # right-padded: a pad only follows the tokens that count
-    copy_ = _select_rows(cache, rows)
-    mask = torch.cat([attention_mask[rows], valid], dim=1)
-    positions = last_pos[rows] + 1 + torch.arange(width, device=device)[None, :]  # (R, width)
-    result = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                   **{_cache_arg(model): copy_})
-    logp = torch.log_softmax(result.logits.float(), dim=-1)  # (R, width, V)
-    for i, (b, _, members) in enumerate(jobs):
-        for k, tokens in members:
-            later = torch.tensor(tokens[1:], dtype=torch.long, device=logp.device)
-            out[b, k] += float(logp[i, torch.arange(len(tokens) - 1), later].double().sum())
 
 
 def _select_rows(cache, rows):

@@ -46,7 +46,7 @@ _STRING, _ARRAY = 8, 9
 _WIDTH = {k: struct.calcsize(v) for k, v in _SCALAR.items()}
 SHORT_ARRAY = 1024  # arrays up to this many entries are read; longer ones are only located
 TOKEN_ID_KEYS = {"bos_token": "bos_token_id", "eos_token": "eos_token_id", "unk_token": "unknown_token_id",
-                  "pad_token": "padding_token_id"}
+                 "pad_token": "padding_token_id"}
 FORMAT = 1  # the cache layout; a new layout gets new keys
 
 

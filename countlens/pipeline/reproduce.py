@@ -122,14 +122,12 @@ def build_stages(preset: str, capture: dict[str, Any] | None = None) -> list[Sta
     model, template = captured.model, captured.prompts.template
     patching = dataclasses.replace(p["patching"], model=model, template=template)
     steering = dataclasses.replace(p["steering"], device=model.device)
-    items = p["capture-items"]
-    items = dataclasses.replace(items, model=model, batch_size=captured.batch_size,
-                                prompts=dataclasses.replace(items.prompts, template=template))
-    positions = p["patching-positions"]
-    positions = dataclasses.replace(positions, model=model, prompts=dataclasses.replace(positions.prompts,
-                                                                                         template=template))
-    heads = p["heads"]
-    heads = dataclasses.replace(heads, model=model, prompts=dataclasses.replace(heads.prompts, template=template))
+
+    def on_model(config, **more):  # the capture's model and wording
+        return dataclasses.replace(config, model=model, prompts=dataclasses.replace(config.prompts, template=template),
+                                   **more)
+    items = on_model(p["capture-items"], batch_size=captured.batch_size)
+    positions, heads = on_model(p["patching-positions"]), on_model(p["heads"])
     lens = dataclasses.replace(p["lens"], device=model.device)
     llm = {"model": model, "options": {"progress": True}}  # handed the run's one load of the model
     table2 = p["toy-table2"]

@@ -29,7 +29,7 @@ from countlens.core.errors import ConfigError, UsageError, about, literal
 from countlens.core.locations import location_names, resolve_location
 from countlens.core.results import Result, result_provenance
 from countlens.core.store import acts_array, column, load_capture, read_meta
-from countlens.llm.answers import ANSWER_TOKENS, answer_distribution
+from countlens.llm.answers import ANSWER_TOKENS, answer_candidates, answer_distribution
 from countlens.llm.experiments.capture import check_positive, random_init_model
 from countlens.llm.experiments.options import ExperimentConfig
 from countlens.llm.experiments.patching import RowsCSV, answer_shift, boundary_vectors, mean_or_none
@@ -279,7 +279,7 @@ def run_steering(config: SteeringConfig, *, loaded: LoadedModel | None = None,
     prompts = [prompts[i] for i in np.linspace(0, len(prompts) - 1, min(config.max_prompts, len(prompts))).astype(int)]
     groups = [(d, float(delta)) for d in rules for delta in config.deltas]
     steps = {(d, delta): rules[d](delta) for d, delta in groups}
-    candidates = list(range(min(settings["counts"]), max(settings["counts"]) + 1))
+    candidates = answer_candidates(settings["counts"])
     truth = [p.n for p in prompts]
     with torch.inference_mode():  # answers and every candidate's log-probability from one prompt pass
         clean = scored_answers(model, tok, prompts, candidates, template, config.batch_size, config.answer_tokens)
