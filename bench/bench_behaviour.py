@@ -15,9 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from countlens.llm.answers import answer_prompts, answering_runner
-from countlens.llm.capture import batches, pad_batch, pad_token_id, shard_runner
-from countlens.llm.experiments import (
+from countlens.llm import (
     CaptureConfig,
     PatchingConfig,
     SteeringConfig,
@@ -27,9 +25,11 @@ from countlens.llm.experiments import (
     run_patching,
     run_steering,
 )
-from countlens.llm.experiments.patching import plan_patching
+from countlens.llm.answers import answer_prompts, answering_runner
+from countlens.llm.capture.residuals import batches, pad_batch, pad_token_id, shard_runner
 from countlens.llm.models import load_model, quiet_transformers
-from countlens.llm.patching import BoundaryEdit, edited_answers
+from countlens.llm.patching.edits import BoundaryEdit, edited_answers
+from countlens.llm.patching.experiment import plan_patching
 from countlens.llm.prompts import build_prompts
 from countlens.probes.experiments import ProbeConfig, run_probes
 

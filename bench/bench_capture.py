@@ -78,7 +78,13 @@ def old_answering_runner(loaded, locations, batch_size, answer_tokens=16, templa
     7acb7f7): the greedy answer and the correct answer's log-probability only."""
     from countlens.core.store import ANSWER_COLUMNS
     from countlens.llm.answers import answer_batch, answer_token_ids, parse_answer, stop_token_ids
-    from countlens.llm.capture import BoundaryCapture, ShardRunner, hidden_size, pad_batch, pad_token_id
+    from countlens.llm.capture.residuals import (
+        BoundaryCapture,
+        ShardRunner,
+        hidden_size,
+        pad_batch,
+        pad_token_id,
+    )
 
     model, tokenizer = loaded.model, loaded.tokenizer
     hooks = BoundaryCapture(model, locations, early_stop=False)
@@ -99,7 +105,7 @@ def old_answering_runner(loaded, locations, batch_size, answer_tokens=16, templa
 def answers_main(args) -> None:
     """The ``--answers`` measurement (see the module docstring)."""
     from countlens.llm.answers import answer_candidates, answering_runner
-    from countlens.llm.capture import capture_shard, length_sorted, shard_runner
+    from countlens.llm.capture.residuals import capture_shard, length_sorted, shard_runner
     from countlens.llm.models import load_model, quiet_transformers
     from countlens.llm.prompts import PromptSettings, build_prompts
 
@@ -171,8 +177,14 @@ def main() -> None:
 
     from transformers.utils import logging as hf_logging
 
-    from countlens.llm.capture import BoundaryCapture, batches, length_sorted, pad_batch, pad_token_id
-    from countlens.llm.experiments import CaptureConfig, run_capture
+    from countlens.llm import CaptureConfig, run_capture
+    from countlens.llm.capture.residuals import (
+        BoundaryCapture,
+        batches,
+        length_sorted,
+        pad_batch,
+        pad_token_id,
+    )
     from countlens.llm.hooks import hook_sites
     from countlens.llm.models import load_model
     from countlens.llm.prompts import PromptSettings, build_prompts

@@ -1,5 +1,5 @@
 """Figure 12's head ablation on the embedded SmolLM2-135M-Instruct (30 blocks x 9 heads): the cached, batched
-path (:func:`countlens.llm.heads.ablated_scores`: one prompt pass per batch, then per block all heads x prompts
+path (:func:`countlens.llm.heads.attention.ablated_scores`: one prompt pass per batch, then per block all heads x prompts
 as one batch of single-token boundary steps) against the naive loop (one full forward per head and prompt) and
 against batched full forwards (all heads x prompts of a block in one batch of full forwards), in one run, as
 ratios, with the largest difference of the scores; then the attention-mass pass and the quick stage's size.
@@ -15,9 +15,9 @@ import numpy as np
 import torch
 
 from countlens.llm.answers import candidate_logprobs, candidate_token_ids
-from countlens.llm.capture import pad_token_id
-from countlens.llm.experiments.heads import HeadsConfig, plan_heads, run_heads
-from countlens.llm.heads import HeadAblation, ablated_scores, head_masses
+from countlens.llm.capture.residuals import pad_token_id
+from countlens.llm.heads.attention import HeadAblation, ablated_scores, head_masses
+from countlens.llm.heads.experiment import HeadsConfig, plan_heads, run_heads
 from countlens.llm.hooks import hook_sites
 from countlens.llm.models import quiet_transformers
 
@@ -91,7 +91,7 @@ def main() -> None:
     print(f"head ablation, {len(prompts)} prompts x {len(blocks)} blocks x {H} heads = {n} ablated runs:")
     print(f"  naive loop (one full forward per head and prompt): {t_slow:.2f} s")
     print(f"  batched full forwards (a block's heads x prompts per batch): {t_full:.2f} s")
-    print(f"  cached boundary steps (countlens.llm.heads.ablated_scores): {t_fast:.2f} s")
+    print(f"  cached boundary steps (countlens.llm.heads.attention.ablated_scores): {t_fast:.2f} s")
     print(f"  speed-up: {t_slow / t_fast:.1f}x over the naive loop, {t_full / t_fast:.1f}x over batched full "
           f"forwards; largest |difference| of log p: {np.abs(fast - slow).max():.2e} (naive), "
           f"{np.abs(fast - full).max():.2e} (batched full)")

@@ -19,12 +19,12 @@ import torch
 from countlens.core.store import acts_array, load_capture, read_meta
 from countlens.core.threads import blas_threads
 from countlens.llm.answers import answer_prompts
-from countlens.llm.experiments.lens import LensConfig, run_lens
-from countlens.llm.experiments.steering import SteeringConfig, capture_model, run_steering, step_rules
-from countlens.llm.lens import RidgeMap
+from countlens.llm.lens.experiment import LensConfig, run_lens
+from countlens.llm.lens.readout import RidgeMap
 from countlens.llm.models import quiet_transformers
-from countlens.llm.patching import edited_answers
+from countlens.llm.patching.edits import edited_answers
 from countlens.llm.prompts import PromptSettings, build_prompts
+from countlens.llm.steering.experiment import SteeringConfig, capture_model, run_steering, step_rules
 from countlens.probes.ridge import native_ridge_path
 from countlens.probes.splits import split_rows
 
@@ -61,7 +61,7 @@ def bench_lens(acts_dir: str, probes: str | None, loaded) -> None:
 
 def greedy_steering(config: SteeringConfig, loaded) -> None:
     """Figure 9b's greedy read-out alone (the stage before it scored the answer distribution)."""
-    from countlens.llm.experiments.steering import mean_difference, probe_direction
+    from countlens.llm.steering.experiment import mean_difference, probe_direction
     from countlens.probes.experiments import ProbeResult
 
     meta = read_meta(config.acts)

@@ -74,9 +74,9 @@ print("@@" + json.dumps({"work_s": t4 - t0, "import_s": t1 - t0, "reader_s": t2 
 FIRST_PROMPT = """
 import sys, time, json
 t0 = time.perf_counter()
-from countlens.llm.experiments.capture import CaptureConfig, plan_capture
+from countlens.llm.capture.experiment import CaptureConfig, plan_capture
 from countlens.llm.models import load_model, quiet_transformers
-from countlens.llm.capture import pad_batch, pad_token_id
+from countlens.llm.capture.residuals import pad_batch, pad_token_id
 quiet_transformers()
 ti = time.perf_counter()
 config = CaptureConfig().with_options(model=sys.argv[1], no_cache=sys.argv[2] == "1", L=16, counts=[0, 3],

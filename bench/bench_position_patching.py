@@ -17,9 +17,9 @@ import numpy as np
 import torch
 
 from countlens.llm.answers import candidate_token_ids
-from countlens.llm.experiments.positions import PositionPatchingConfig, patched_positions, prompt_pairs
 from countlens.llm.models import load_model, quiet_transformers
-from countlens.llm.patching import PositionPatcher
+from countlens.llm.patching.edits import PositionPatcher
+from countlens.llm.positions.experiment import PositionPatchingConfig, patched_positions, prompt_pairs
 from countlens.llm.prompts import PromptSettings
 
 VARIANTS = {"naive": dict(method="naive", skip_unchanged=False), "cached": dict(method="cached"),

@@ -43,8 +43,8 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    from countlens.llm.capture import batches, shard_runner
-    from countlens.llm.experiments import CaptureConfig, plan_capture, run_capture
+    from countlens.llm import CaptureConfig, plan_capture, run_capture
+    from countlens.llm.capture.residuals import batches, shard_runner
     from countlens.llm.models import load_model, quiet_transformers
 
     quiet_transformers()

@@ -26,14 +26,14 @@ SHARD_DEFAULT = 256
 
 
 def config(args):
-    from countlens.llm.experiments import CaptureConfig
+    from countlens.llm import CaptureConfig
 
     return CaptureConfig().with_options(L=args.L, counts=list(range(max(1, args.prompts // 2))), pairs=[["a", "b"]],
                                         configs=["count"], seeds=[0, 1], batch_size=16, shard_rows=args.shard_rows)
 
 
 def run_single(root: Path, args) -> dict:
-    from countlens.llm.experiments import run_capture
+    from countlens.llm import run_capture
 
     started = time.perf_counter()
     result = run_capture(config(args), root / "single", progress=False)
@@ -44,7 +44,7 @@ def run_single(root: Path, args) -> dict:
 def run_ray(root: Path, args, workers: int) -> dict:
     import ray
 
-    from countlens.llm.distributed import run_capture_on_ray
+    from countlens.llm.capture.distributed import run_capture_on_ray
 
     started = time.perf_counter()
     ray.init(num_cpus=workers, include_dashboard=False, logging_level="ERROR")

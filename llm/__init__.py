@@ -1,28 +1,52 @@
-"""Capture a chat model's residual stream at the assistant boundary (docs/definitions.md §2).
+"""The llm room: a chat model's residual stream on counting prompts, and the causal experiments on it
+(docs/definitions.md §2-3).
 
-``CaptureConfig`` -> ``run_capture(config, out)`` -> ``CaptureResult`` (an activation folder);
-``preflight_capture(config)`` refuses a capture that cannot work before any weights load. Nothing here
-imports torch or transformers until it is used.
+Grouped by concern: :mod:`.models` (resolve, convert, load), :mod:`.prompts`, :mod:`.answers` (the model's
+own answer and its distribution), :mod:`.hooks` (the one hook-site registry), and one folder per experiment
+with its figure beside it — :mod:`.capture`, :mod:`.patching` (Figure 9a), :mod:`.steering` (9b),
+:mod:`.positions` (11), :mod:`.heads` (12), :mod:`.lens` (13). Nothing here imports torch or transformers
+until it is used.
 """
 
+from countlens.core.options import option_value, with_options  # noqa: F401
 from countlens.core.store import ActivationWriter, acts_array, capture_meta, load_capture, read_meta  # noqa: F401
 from countlens.llm.answers import parse_answer  # noqa: F401
-from countlens.llm.capture import BoundaryCapture, find_blocks  # noqa: F401
-from countlens.llm.experiments import (  # noqa: F401
+from countlens.llm.capture.experiment import (  # noqa: F401
+    ACTS_DTYPES,
+    PADDING_SIDES,
+    SHARD_ROWS,
     CaptureConfig,
     CapturePlan,
     CaptureResult,
-    PatchingConfig,
-    PatchingResult,
-    SteeringConfig,
-    SteeringResult,
+    capture_is_whole,
+    capture_runner,
     find_pairs,
     plan_capture,
     preflight_capture,
+    random_init_model,
     run_capture,
+)
+from countlens.llm.capture.residuals import BoundaryCapture, find_blocks  # noqa: F401
+from countlens.llm.heads.experiment import HeadsConfig, HeadsResult, plan_heads, run_heads  # noqa: F401
+from countlens.llm.lens.experiment import LensConfig, LensResult, run_lens  # noqa: F401
+from countlens.llm.models import ModelSpec, load_model, resolve_model  # noqa: F401
+from countlens.llm.patching.edits import BoundaryEdit  # noqa: F401
+from countlens.llm.patching.experiment import (  # noqa: F401
+    PatchingConfig,
+    PatchingResult,
+    boundary_vectors,
     run_patching,
+)
+from countlens.llm.positions.experiment import (  # noqa: F401
+    PositionPatchingConfig,
+    PositionPatchingResult,
+    run_position_patching,
+)
+from countlens.llm.prompts import Prompt, PromptSettings, build_prompts  # noqa: F401
+from countlens.llm.steering.experiment import (  # noqa: F401
+    SteeringConfig,
+    SteeringResult,
+    capture_model,
+    probe_direction,
     run_steering,
 )
-from countlens.llm.models import ModelSpec, load_model, resolve_model  # noqa: F401
-from countlens.llm.patching import BoundaryEdit  # noqa: F401
-from countlens.llm.prompts import Prompt, PromptSettings, build_prompts  # noqa: F401

@@ -40,7 +40,7 @@ import numpy as np
 
 from countlens.core.errors import ConfigError
 from countlens.core.store import ANSWER_COLUMNS, DISTRIBUTION_COLUMNS
-from countlens.llm.capture import (
+from countlens.llm.capture.residuals import (
     BoundaryCapture,
     ShardRunner,
     gathered_rows,
@@ -125,7 +125,7 @@ def answer_batch(model, input_ids, attention_mask, correct_ids: Sequence[Sequenc
     input_ids, attention_mask: (B, T), left-padded (the boundary is position T - 1 of every row).
     ``correct_ids``: per row the correct answer's token ids (at least one each). ``prompt_context``: a context
     manager active during the prompt pass only (hooks that read or edit the boundary, e.g.
-    :class:`countlens.llm.patching.BoundaryEdit`); decode steps run without it. ``candidates``: token-id
+    :class:`countlens.llm.patching.edits.BoundaryEdit`); decode steps run without it. ``candidates``: token-id
     lists scored for every row as well (:attr:`AnswerBatch.candidates`), in the same teacher-forced call as
     the correct answer, before the decode steps extend the cache.
     """
@@ -469,9 +469,9 @@ def answer_candidates(counts: Sequence[int]) -> list[int]:
 def answering_runner(loaded: LoadedModel, locations: Sequence[int] | None, batch_size: int,
                      answer_tokens: int = ANSWER_TOKENS, template: str = "chat",
                      candidates: Sequence[int] | None = None, positions: str = "boundary") -> ShardRunner:
-    """A capture :class:`~countlens.llm.capture.ShardRunner` that also records each prompt's answer
+    """A capture :class:`~countlens.llm.capture.residuals.ShardRunner` that also records each prompt's answer
     (``answer_text``, ``answer``, ``answer_logprob``) from the same prompt pass: the capture hooks read the
-    boundary (or every kept position, :func:`~countlens.llm.capture.kept_positions`) during it, then the answer
+    boundary (or every kept position, :func:`~countlens.llm.capture.residuals.kept_positions`) during it, then the answer
     is decoded from its KV cache. Batches are left-padded and the whole model runs (no early stop).
 
     With ``candidates`` (counts, :func:`answer_candidates`), also the answer as a distribution over them, from

@@ -17,9 +17,9 @@ from typing import Any
 
 from countlens.core.args import HelpFormatter, parse_float_list, parse_int_list
 from countlens.core.errors import ConfigError, UsageError
-from countlens.llm.capture import BACKENDS, POSITIONS
-from countlens.llm.experiments.capture import ACTS_DTYPES, PADDING_SIDES, CaptureConfig
-from countlens.llm.experiments.options import option_value
+from countlens.core.options import option_value
+from countlens.llm.capture.experiment import ACTS_DTYPES, PADDING_SIDES, CaptureConfig
+from countlens.llm.capture.residuals import BACKENDS, POSITIONS
 from countlens.llm.models import DTYPES
 from countlens.llm.prompts import CANDIDATE_PAIRS, CONFIGURATIONS, TEMPLATES, parse_pairs
 
@@ -250,8 +250,8 @@ fig12_heads.png/.pdf.
 
 
 def _register_heads(sub) -> None:
-    from countlens.llm.experiments.heads import HeadsConfig
-    from countlens.llm.experiments.positions import FLIPS
+    from countlens.llm.heads.experiment import HeadsConfig
+    from countlens.llm.positions.experiment import FLIPS
 
     hd = HeadsConfig()
     he = sub.add_parser("heads", help="Figure 12: attention mass of every head to the items, and head ablation",
@@ -274,8 +274,8 @@ def _register_heads(sub) -> None:
 
 
 def cmd_heads(args) -> int:
-    from countlens.llm.experiments.heads import HeadsConfig, run_heads
-    from countlens.llm.figures_heads import draw_heads
+    from countlens.llm.heads.experiment import HeadsConfig, run_heads
+    from countlens.llm.heads.figures import draw_heads
     from countlens.llm.models import quiet_transformers
 
     quiet_transformers()
@@ -299,7 +299,7 @@ def cmd_heads(args) -> int:
 
 
 def cmd_capture(args) -> int:
-    from countlens.llm.experiments.capture import run_capture
+    from countlens.llm.capture.experiment import run_capture
     from countlens.llm.models import quiet_transformers
 
     quiet_transformers()
@@ -307,7 +307,7 @@ def cmd_capture(args) -> int:
     if args.ray is None:
         result = run_capture(config, args.out, progress=not args.quiet, notify=print)
     else:
-        from countlens.llm.distributed import run_capture_on_ray
+        from countlens.llm.capture.distributed import run_capture_on_ray
 
         result = run_capture_on_ray(config, args.out, args.ray, progress=not args.quiet, notify=print)
     meta = result.meta
@@ -318,7 +318,7 @@ def cmd_capture(args) -> int:
 
 
 def cmd_prompts(args) -> int:
-    from countlens.llm.experiments.capture import plan_capture
+    from countlens.llm.capture.experiment import plan_capture
     from countlens.llm.models import quiet_transformers
     from countlens.llm.prompts import mark_boundary
 
@@ -337,7 +337,7 @@ def cmd_prompts(args) -> int:
 
 
 def cmd_pairs(args) -> int:
-    from countlens.llm.experiments.capture import find_pairs
+    from countlens.llm.capture.experiment import find_pairs
     from countlens.llm.models import quiet_transformers
 
     quiet_transformers()
@@ -393,10 +393,10 @@ Writes steering.json, steering.csv and fig9b_steering.png/.pdf.
 
 
 def _register_behaviour(sub) -> None:
-    from countlens.llm.experiments.patching import PatchingConfig
-    from countlens.llm.experiments.positions import FLIPS, POSITION_SETS, PositionPatchingConfig
-    from countlens.llm.experiments.steering import UNITS, SteeringConfig
-    from countlens.llm.patching import PATCH_METHODS
+    from countlens.llm.patching.edits import PATCH_METHODS
+    from countlens.llm.patching.experiment import PatchingConfig
+    from countlens.llm.positions.experiment import FLIPS, POSITION_SETS, PositionPatchingConfig
+    from countlens.llm.steering.experiment import UNITS, SteeringConfig
 
     pd, sd, xd = PatchingConfig(), SteeringConfig(), PositionPatchingConfig()
     pa = sub.add_parser("patch", help="Figures 9a and 11: patch the boundary vector of one count into another's "
@@ -471,8 +471,8 @@ def cmd_patch(args) -> int:
     quiet_transformers()
     if args.positions != "boundary":
         return _patch_positions(args)
-    from countlens.llm.experiments.patching import PatchingConfig, run_patching
-    from countlens.llm.figures import draw_patching
+    from countlens.llm.patching.experiment import PatchingConfig, run_patching
+    from countlens.llm.patching.figures import draw_patching
 
     wrong = _given(args, "counts", "flip", "method", "location_step")
     if wrong:
@@ -499,8 +499,8 @@ def cmd_patch(args) -> int:
 
 
 def _patch_positions(args) -> int:
-    from countlens.llm.experiments.positions import PositionPatchingConfig, run_position_patching
-    from countlens.llm.figures_patching import draw_position_patching
+    from countlens.llm.positions.experiment import PositionPatchingConfig, run_position_patching
+    from countlens.llm.positions.figures import draw_position_patching
 
     wrong = _given(args, "sources", "targets")
     if wrong:
@@ -525,9 +525,9 @@ def _patch_positions(args) -> int:
 
 
 def cmd_steer(args) -> int:
-    from countlens.llm.experiments.steering import SteeringConfig, run_steering
-    from countlens.llm.figures import draw_steering
     from countlens.llm.models import quiet_transformers
+    from countlens.llm.steering.experiment import SteeringConfig, run_steering
+    from countlens.llm.steering.figures import draw_steering
 
     quiet_transformers()
     config = SteeringConfig(acts=args.acts, probes=args.probes, location=args.location,
@@ -562,7 +562,7 @@ Writes lens.json, lens.csv, angles.csv and fig13_lens.png/.pdf.
 
 
 def _register_lens(sub) -> None:
-    from countlens.llm.experiments.lens import LensConfig
+    from countlens.llm.lens.experiment import LensConfig
 
     ld = LensConfig()
     le = sub.add_parser("lens", help="Figure 13: logit and tuned lenses at the boundary, count directions vs the "
@@ -592,8 +592,8 @@ def _register_lens(sub) -> None:
 
 
 def cmd_lens(args) -> int:
-    from countlens.llm.experiments.lens import LensConfig, run_lens
-    from countlens.llm.figures_lens import draw_lens
+    from countlens.llm.lens.experiment import LensConfig, run_lens
+    from countlens.llm.lens.figures import draw_lens
     from countlens.llm.models import quiet_transformers
 
     quiet_transformers()

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from countlens.analysis.experiments import CompareConfig, GeometryConfig
-from countlens.llm.experiments import (
+from countlens.llm import (
     CaptureConfig,
     HeadsConfig,
     LensConfig,

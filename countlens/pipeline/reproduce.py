@@ -29,7 +29,7 @@ from countlens.core.io import provenance, write_json_atomic
 from countlens.core.report import REPORT_FILE
 from countlens.core.results import config_record
 from countlens.core.threads import TOY_THREADS
-from countlens.llm.experiments import (
+from countlens.llm import (
     CaptureResult,
     HeadsResult,
     LensResult,
@@ -44,11 +44,12 @@ from countlens.llm.experiments import (
     run_position_patching,
     run_steering,
 )
-from countlens.llm.figures import draw_patching, draw_steering, patching_view, steering_view
-from countlens.llm.figures_heads import draw_heads, heads_view
-from countlens.llm.figures_lens import draw_lens, lens_view
-from countlens.llm.figures_patching import draw_position_patching, position_patching_view
+from countlens.llm.heads.figures import draw_heads, heads_view
+from countlens.llm.lens.figures import draw_lens, lens_view
 from countlens.llm.models import model_pool
+from countlens.llm.patching.figures import draw_patching, patching_view
+from countlens.llm.positions.figures import draw_position_patching, position_patching_view
+from countlens.llm.steering.figures import draw_steering, steering_view
 from countlens.pipeline.presets import PRESETS
 from countlens.pipeline.report import write_index
 from countlens.pipeline.stages import CACHE_FOLDER, Stage, refuse_other_stages, run_stages, select, stage_done

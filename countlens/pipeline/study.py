@@ -30,7 +30,7 @@ from countlens.core.cache import ResultCache
 from countlens.core.errors import ConfigError, UsageError
 from countlens.core.locations import location_label, location_names
 from countlens.core.results import Result, result_provenance
-from countlens.llm.experiments import CaptureResult, preflight_capture
+from countlens.llm import CaptureResult, preflight_capture
 from countlens.llm.models import model_pool
 from countlens.pipeline.presets import PRESETS
 from countlens.pipeline.reproduce import ACTS_PLACE, capture_config, reproduce
@@ -240,7 +240,7 @@ def run_study(config: StudyConfig, out: str | Path, ray: str | None = None,
             log(f"study: {job['model']} reused")
     todo = [job for job in jobs if job["name"] not in summaries]
     if ray is not None:
-        from countlens.llm.distributed import parse_target
+        from countlens.llm.capture.distributed import parse_target
 
         parse_target(ray)  # a bad target is refused before any work
     with model_pool():  # every model resolved and read once; each one's weights released after its turn
@@ -275,7 +275,7 @@ def _run_in_turn(todo, out, ray, cache, summaries, log) -> dict[str, str]:
 def _run_on_ray(todo, out, target, cache, summaries, log) -> dict[str, str]:
     """One Ray task per model, on its own GPU where the cluster has them (each task sees only its own, as
     ``cuda``), else one CPU slot; a task whose worker died is retried and resumes from its finished stages."""
-    from countlens.llm.distributed import ray_cluster
+    from countlens.llm.capture.distributed import ray_cluster
 
     failures: dict[str, str] = {}
     if not todo:

@@ -213,7 +213,7 @@ def test_patch_positions_refuses_pairs_that_leave_no_corrupted_twin(capsys, tiny
     item has no corrupted twin to patch: one line naming --pairs, exit 2, nothing written, no weights read.
     The tokenizer here merges the twin's last two tokens (no real vocabulary at hand does, for a pair that
     passes the prompts' own one-token checks)."""
-    import countlens.llm.experiments.positions as positions
+    import countlens.llm.positions.experiment as positions
 
     real = positions.load_tokenizer
 

@@ -201,7 +201,7 @@ def test_items_without_a_target_and_answers_beyond_the_context_are_one_line_befo
                                  "--positions", "items", "--out", str(tmp_path / "items"))
     assert_one_line_error(code, err, "--positions items", "--counts are all 0")
     assert not (tmp_path / "items").exists()
-    from countlens.llm.experiments import CaptureConfig, plan_capture
+    from countlens.llm import CaptureConfig, plan_capture
 
     longest = plan_capture(CaptureConfig().with_options(model=model, L=10, counts=[1, 10], pairs=[["a", "b"]],
                                                         configs=["count"], seeds=[0]), progress=False).prompts[-1]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from countlens.core.locations import location_names
-from countlens.llm.experiments.heads import HeadsResult
+from countlens.llm.heads.experiment import HeadsResult
 from countlens.llm.models import load_model
 from tests.helpers.cli import assert_one_line_error, run_countlens
 from tests.helpers.llm_fixtures import smollm2_tokenizer, tiny_model_dir, tiny_models, write_probes  # noqa: F401
@@ -92,9 +92,9 @@ def test_smollm2_masses_equal_output_attentions_and_ablation_equals_the_full_for
     import torch
 
     from countlens.llm.answers import candidate_token_ids
-    from countlens.llm.capture import pad_token_id
-    from countlens.llm.experiments.heads import prompt_roles
-    from countlens.llm.heads import ablated_scores, eager_attention, head_masses
+    from countlens.llm.capture.residuals import pad_token_id
+    from countlens.llm.heads.attention import ablated_scores, eager_attention, head_masses
+    from countlens.llm.heads.experiment import prompt_roles
     from countlens.llm.hooks import attention_output_site, hook_sites
     from countlens.llm.prompts import PromptSettings, build_prompts
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 from transformers import AutoTokenizer
 
-from countlens.llm.experiments import CaptureConfig, preflight_capture
+from countlens.llm import CaptureConfig, preflight_capture
 from countlens.pipeline.cli import main
 from tests.helpers.llm_fixtures import family_model, smollm2_tokenizer  # noqa: F401
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from countlens.llm import acts_array, capture_meta, load_capture
-from countlens.llm.capture import BoundaryCapture, pad_batch
+from countlens.llm.capture.residuals import BoundaryCapture, pad_batch
 from countlens.llm.models import load_model
 from countlens.llm.prompts import PromptSettings, build_prompts
 from countlens.pipeline.cli import main

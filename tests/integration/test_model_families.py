@@ -14,8 +14,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from countlens.llm import acts_array, capture_meta, load_capture
-from countlens.llm.experiments import CaptureConfig, plan_capture
+from countlens.llm import CaptureConfig, acts_array, capture_meta, load_capture, plan_capture
 from countlens.llm.prompts import DEFAULT_PAIRS, PromptSettings, build_prompts
 from countlens.pipeline.cli import main
 from tests.helpers.hidden_states import assert_matches_reference, final_norm

@@ -19,8 +19,8 @@ from tests.helpers.llm_fixtures import smollm2_tokenizer, tiny_models  # noqa: F
 
 ray = pytest.importorskip("ray")
 
-from countlens.llm.distributed import RayCaptureResult, run_capture_on_ray  # noqa: E402
-from countlens.llm.experiments import CaptureConfig  # noqa: E402
+from countlens.llm import CaptureConfig  # noqa: E402
+from countlens.llm.capture.distributed import RayCaptureResult, run_capture_on_ray  # noqa: E402
 
 SMALL = ["--L", "12", "--counts", "0:12", "--pairs", "a/b", "--configs", "count", "--seeds", "0,1", "--quiet"]
 
@@ -71,7 +71,7 @@ def test_items_capture_on_two_workers_equals_one_process(tiny_models, tmp_path, 
     """``--positions items`` shards (each holding its prompts' rows) spread over Ray: the same rows, the
     plan's prompt ids included, as one process."""
     from countlens.core.store import POSITION_COLUMNS
-    from countlens.llm.experiments import run_capture
+    from countlens.llm import run_capture
 
     cfg = config(tiny_models["llama"], positions="items", shard_rows=5, batch_size=2)
     single = run_capture(cfg, tmp_path / "single", progress=False)

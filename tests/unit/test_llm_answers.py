@@ -13,7 +13,7 @@ from countlens.llm.answers import (
     parse_answer,
     stop_token_ids,
 )
-from countlens.llm.capture import pad_batch
+from countlens.llm.capture.residuals import pad_batch
 from countlens.llm.models import load_model
 from countlens.llm.prompts import PromptSettings, build_prompts
 from tests.helpers.llm_fixtures import family_model, smollm2_tokenizer, tiny_model_dir, tiny_models  # noqa: F401
@@ -97,7 +97,7 @@ def test_logprob_equals_direct_computation(tiny_models, settings, arch):  # noqa
 
 def test_capture_with_answers_stores_the_same_answers_and_vectors(tiny_model_dir, tmp_path):  # noqa: F811
     from countlens.core.store import acts_array, load_capture
-    from countlens.llm.experiments import CaptureConfig, run_capture
+    from countlens.llm import CaptureConfig, run_capture
 
     base = dict(model=str(tiny_model_dir), L=20, counts=[0, 3, 12, 20], pairs=[["a", "b"]], configs=["count"],
                 seeds=[0], batch_size=3)
@@ -122,7 +122,7 @@ def test_answers_refused_without_a_generation_prompt(tiny_model_dir, tmp_path): 
     import shutil
 
     from countlens.core.errors import ConfigError
-    from countlens.llm.experiments import CaptureConfig, run_capture
+    from countlens.llm import CaptureConfig, run_capture
 
     model = tmp_path / "no-generation-prompt"
     shutil.copytree(tiny_model_dir, model)
@@ -138,7 +138,7 @@ def test_answers_refused_without_a_generation_prompt(tiny_model_dir, tmp_path): 
 
 def test_random_init_capture_is_seeded_and_differs_from_the_model(tiny_model_dir, tmp_path):  # noqa: F811
     from countlens.core.store import acts_array, load_capture
-    from countlens.llm.experiments import CaptureConfig, run_capture
+    from countlens.llm import CaptureConfig, run_capture
 
     base = dict(model=str(tiny_model_dir), L=10, counts=[1, 5], pairs=[["a", "b"]], configs=["count"], seeds=[0])
     runs = {name: run_capture(CaptureConfig().with_options(**base, **extra), tmp_path / name, progress=False)
@@ -196,8 +196,8 @@ def test_capture_distribution_equals_direct_teacher_forcing(family_model, family
     " 12" is " 1" "2") and in one that does not; the expected count and rank follow from them; the correct answer's
     log-probability is its candidate's."""
     from countlens.core.store import capture_meta, load_capture
+    from countlens.llm import CaptureConfig, plan_capture, run_capture
     from countlens.llm.answers import answer_distribution, candidate_logprobs, candidate_token_ids
-    from countlens.llm.experiments import CaptureConfig, plan_capture, run_capture
 
     folder = (_whole_number_model(family_model("llama-3"), tmp_path / "whole") if family == "whole-numbers"
               else family_model(family))
@@ -241,7 +241,7 @@ def test_candidates_beyond_the_context_are_refused_before_the_weights_load(tiny_
     import shutil
 
     from countlens.core.errors import ConfigError
-    from countlens.llm.experiments import CaptureConfig, plan_capture, run_capture
+    from countlens.llm import CaptureConfig, plan_capture, run_capture
 
     kw = dict(L=10, counts=[1, 10], pairs=[["a", "b"]], configs=["count"], seeds=[0])
     longest = plan_capture(CaptureConfig().with_options(model=str(tiny_model_dir), **kw), progress=False).prompts[-1]

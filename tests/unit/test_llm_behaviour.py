@@ -12,7 +12,7 @@ import pytest
 from countlens.core.errors import ConfigError
 from countlens.core.report import Page, Section
 from countlens.core.store import read_meta
-from countlens.llm.experiments import (
+from countlens.llm import (
     CaptureConfig,
     ModelSpec,
     PatchingConfig,
@@ -24,7 +24,8 @@ from countlens.llm.experiments import (
     run_patching,
     run_steering,
 )
-from countlens.llm.figures import draw_patching, draw_steering, steering_view
+from countlens.llm.patching.figures import draw_patching
+from countlens.llm.steering.figures import draw_steering, steering_view
 from countlens.probes.experiments import ProbeResult
 from tests.helpers.llm_fixtures import smollm2_tokenizer, tiny_model_dir, tiny_models, write_probes  # noqa: F401
 from tests.helpers.report_checks import check_report
@@ -223,7 +224,7 @@ def test_steering_units_and_directions_that_cannot_run_name_their_field(settings
 
 def test_count_units_without_a_count_direction_are_refused_before_the_model_loads(tiny_model_dir, tmp_path,  # noqa: F811
                                                                                  monkeypatch):
-    import countlens.llm.experiments.steering as steering
+    import countlens.llm.steering.experiment as steering
 
     one = tmp_path / "one-count"
     run_capture(CaptureConfig().with_options(model=str(tiny_model_dir), L=16, counts=[4], per_count=3,

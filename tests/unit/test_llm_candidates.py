@@ -16,7 +16,7 @@ from countlens.llm.answers import (
     normalised_ld,
     score_candidates,
 )
-from countlens.llm.capture import pad_batch, pad_token_id
+from countlens.llm.capture.residuals import pad_batch, pad_token_id
 from countlens.llm.models import load_model
 from countlens.llm.prompts import PromptSettings, build_prompts
 from tests.helpers.llm_fixtures import family_model, smollm2_tokenizer  # noqa: F401

@@ -12,10 +12,23 @@ from transformers import AutoModelForCausalLM
 
 from countlens.core.errors import ConfigError
 from countlens.core.locations import location_names
-from countlens.llm import acts_array, capture_meta, load_capture
-from countlens.llm.capture import BoundaryCapture, find_blocks, pad_batch, pad_token_id, shard_runner
-from countlens.llm.experiments import CaptureConfig, CaptureResult, plan_capture, run_capture
-from countlens.llm.experiments.capture import _settings_key
+from countlens.llm import (
+    CaptureConfig,
+    CaptureResult,
+    acts_array,
+    capture_meta,
+    load_capture,
+    plan_capture,
+    run_capture,
+)
+from countlens.llm.capture.experiment import _settings_key
+from countlens.llm.capture.residuals import (
+    BoundaryCapture,
+    find_blocks,
+    pad_batch,
+    pad_token_id,
+    shard_runner,
+)
 from countlens.llm.hooks import SITES, HookSite, hook_sites
 from countlens.llm.models import load_model
 from countlens.llm.prompts import PromptSettings, build_prompts

@@ -13,10 +13,8 @@ import torch
 from countlens.core.errors import ConfigError
 from countlens.core.locations import location_names
 from countlens.core.report import Page, Section
-from countlens.llm.capture import find_blocks, pad_token_id
-from countlens.llm.experiments.heads import HeadsConfig, HeadsResult, plan_heads, prompt_roles, run_heads
-from countlens.llm.figures_heads import draw_heads, heads_view
-from countlens.llm.heads import (
+from countlens.llm.capture.residuals import find_blocks, pad_token_id
+from countlens.llm.heads.attention import (
     ablated_scores,
     boundary_scores,
     eager_attention,
@@ -24,6 +22,8 @@ from countlens.llm.heads import (
     head_replacement,
     target_excess,
 )
+from countlens.llm.heads.experiment import HeadsConfig, HeadsResult, plan_heads, prompt_roles, run_heads
+from countlens.llm.heads.figures import draw_heads, heads_view
 from countlens.llm.hooks import ATTENTION_OUTPUTS, attention_output_site, hook_sites
 from countlens.llm.models import ModelSpec, load_model
 from countlens.llm.prompts import PromptSettings, build_prompts
@@ -287,7 +287,7 @@ def test_counts_without_targets_and_blocks_the_model_lacks_are_refused(tiny_mode
 
 
 def test_hooks_and_attention_implementation_are_restored_after_an_error(tiny_models):  # noqa: F811
-    from countlens.llm.heads import AttentionPass
+    from countlens.llm.heads.attention import AttentionPass
 
     model = load_model(str(tiny_models["llama"]), progress=False).model
     before = model.config._attn_implementation

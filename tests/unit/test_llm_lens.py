@@ -12,10 +12,10 @@ import pytest
 from countlens.core.errors import ConfigError
 from countlens.core.report import Page, Section
 from countlens.core.store import read_meta
-from countlens.llm.experiments import CaptureConfig, run_capture
-from countlens.llm.experiments.lens import LensConfig, LensResult, run_lens
-from countlens.llm.figures_lens import draw_lens, lens_view
-from countlens.llm.lens import (
+from countlens.llm import CaptureConfig, run_capture
+from countlens.llm.lens.experiment import LensConfig, LensResult, run_lens
+from countlens.llm.lens.figures import draw_lens, lens_view
+from countlens.llm.lens.readout import (
     RidgeMap,
     abs_cosines,
     check_unembedding,
@@ -47,7 +47,7 @@ def _tiny(arch: str, vocab: int = 64):
 def test_the_logit_lens_at_the_last_location_is_the_models_own_logits(arch):
     import torch
 
-    from countlens.llm.capture import BoundaryCapture, find_blocks
+    from countlens.llm.capture.residuals import BoundaryCapture, find_blocks
 
     model = _tiny(arch)
     ids = torch.randint(3, 64, (3, 12))
@@ -215,7 +215,7 @@ def _edited_capture(capture_dir, tmp_path, **changes):
 
 
 def test_a_lens_refuses_bad_input_before_the_model_loads(capture_dir, tiny_model_dir, tmp_path, monkeypatch):  # noqa: F811
-    import countlens.llm.experiments.steering as steering
+    import countlens.llm.steering.experiment as steering
 
     monkeypatch.setattr(steering, "capture_model", lambda *a, **k: pytest.fail("the model loaded"))
     headless = tmp_path / "headless"

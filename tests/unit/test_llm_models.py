@@ -193,7 +193,7 @@ def test_inner_pool_releases_its_models_and_keeps_the_reads():
 
 
 def test_no_cache_is_no_part_of_a_stage_identity():
-    from countlens.llm.experiments import CaptureConfig
+    from countlens.llm import CaptureConfig
     from countlens.pipeline.stages import Stage
 
     def identity(**options):

@@ -16,9 +16,19 @@ import torch
 
 from countlens.core.errors import ConfigError
 from countlens.llm.answers import answer_prompts, candidate_logprobs, candidate_token_ids
-from countlens.llm.capture import BoundaryCapture, find_blocks, pad_batch
-from countlens.llm.experiments.patching import PatchingConfig, PatchingResult, run_patching
-from countlens.llm.experiments.positions import (
+from countlens.llm.capture.residuals import BoundaryCapture, find_blocks, pad_batch
+from countlens.llm.models import load_model
+from countlens.llm.patching.edits import (
+    BoundaryEdit,
+    PositionPatcher,
+    boundary_edits,
+    edited_answers,
+    random_direction,
+    scored_answers,
+    steering_vector,
+)
+from countlens.llm.patching.experiment import PatchingConfig, PatchingResult, run_patching
+from countlens.llm.positions.experiment import (
     CSV_COLUMNS,
     PositionPatchingConfig,
     PositionPatchingResult,
@@ -28,16 +38,6 @@ from countlens.llm.experiments.positions import (
     prompt_pairs,
     run_position_patching,
     thinned,
-)
-from countlens.llm.models import load_model
-from countlens.llm.patching import (
-    BoundaryEdit,
-    PositionPatcher,
-    boundary_edits,
-    edited_answers,
-    random_direction,
-    scored_answers,
-    steering_vector,
 )
 from countlens.llm.prompts import PromptSettings, build_prompts
 from tests.helpers.llm_fixtures import family_model, smollm2_tokenizer, tiny_models  # noqa: F401

@@ -19,9 +19,9 @@ from countlens.core.store import (
     capture_meta,
     load_capture,
 )
-from countlens.llm.capture import batches, capture_rows, kept_positions
-from countlens.llm.experiments import CaptureConfig, plan_capture, run_capture
-from countlens.llm.experiments.capture import capture_runner
+from countlens.llm import CaptureConfig, plan_capture, run_capture
+from countlens.llm.capture.experiment import capture_runner
+from countlens.llm.capture.residuals import batches, capture_rows, kept_positions
 from countlens.llm.models import load_model
 from tests.helpers.hidden_states import ATOL, final_norm
 from tests.helpers.llm_fixtures import family_model, smollm2_tokenizer, tiny_models  # noqa: F401

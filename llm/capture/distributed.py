@@ -1,9 +1,9 @@
 """Sharded capture on a Ray cluster: the driver plans the shards, actors capture them into one folder.
 
-The driver builds and checks the prompts (:func:`~countlens.llm.experiments.capture.plan_capture`: tokenizer and
+The driver builds and checks the prompts (:func:`~countlens.llm.capture.experiment.plan_capture`: tokenizer and
 model config only), writes ``meta.json`` and schedules every unfinished shard on :class:`CaptureActor` s,
 one per GPU (``num_gpus=1``) or per CPU slot. Each actor loads the model once and captures the shards it
-is given with the same function as a single-process run (:func:`~countlens.llm.capture.capture_shard`), so
+is given with the same function as a single-process run (:func:`~countlens.llm.capture.residuals.capture_shard`), so
 the rows are the same bit for bit given the same batches, writing each one with
 :meth:`countlens.core.store.ActivationWriter.write_shard` (atomic). Activations travel through the capture
 folder only, so it must be on storage every node mounts; that is checked in one line before any work. A
@@ -29,8 +29,7 @@ from typing import Any
 from countlens.core.errors import ConfigError, UsageError, literal
 from countlens.core.io import write_json_atomic
 from countlens.core.store import ActivationWriter, existing_capture
-from countlens.llm.capture import capture_shard, model_facts
-from countlens.llm.experiments.capture import (
+from countlens.llm.capture.experiment import (
     CaptureConfig,
     CaptureResult,
     capture_is_whole,
@@ -38,6 +37,7 @@ from countlens.llm.experiments.capture import (
     check_disk,
     plan_capture,
 )
+from countlens.llm.capture.residuals import capture_shard, model_facts
 
 RAY_INSTALL = "pip install 'countlens[ray]'"
 RETRIES = 3  # restarts of a dead actor, and retries of the shard it was capturing
@@ -130,7 +130,7 @@ class CaptureActor:
         self.writer: ActivationWriter | None = None
 
     def describe(self) -> dict[str, Any]:
-        """The model's :func:`~countlens.llm.capture.model_facts` for ``meta.json``, this worker's pid and
+        """The model's :func:`~countlens.llm.capture.residuals.model_facts` for ``meta.json``, this worker's pid and
         its model load time."""
         return {"facts": model_facts(self.loaded, self.runner.names), "pid": os.getpid(),
                 "load_seconds": self.load_seconds}
@@ -228,7 +228,7 @@ def schedule_shards(ray, actors: list, out_dir: Path, meta: dict[str, Any], shar
 
 def run_capture_on_ray(config: CaptureConfig, out: str | Path, target: str = "auto", *,
                        progress: bool = True, notify: Callable[[str], Any] | None = None) -> RayCaptureResult:
-    """:func:`~countlens.llm.experiments.capture.run_capture` with the shards spread over the Ray cluster
+    """:func:`~countlens.llm.capture.experiment.run_capture` with the shards spread over the Ray cluster
     ``target``; the same folder, rows and resume rules (an items capture's shards too: each holds its
     prompts' rows, their ``prompt_id`` the plan's).
 

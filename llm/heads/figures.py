@@ -14,7 +14,7 @@ from countlens.core.io import save_figure
 from countlens.core.report import Page, Section, table
 
 if TYPE_CHECKING:
-    from countlens.llm.experiments.heads import HeadsResult
+    from countlens.llm.heads.experiment import HeadsResult
 
 HEADS_CAPTION = ("Attention mass is not use: a head may look at the targets and write nothing the answer reads. "
                  "Ablation replaces one head's output at the boundary by its mean; other positions keep theirs.")

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from countlens.llm.answers import _forward, _select_rows, score_candidates
-from countlens.llm.capture import find_blocks, pad_batch
+from countlens.llm.capture.residuals import find_blocks, pad_batch
 from countlens.llm.hooks import HookSet, HookSite, hook_sites
 
 QUERIES = ("boundary", "last_item")

@@ -1,12 +1,12 @@
 """Figure 12, the heads that read the items: a :class:`HeadsConfig` in, a :class:`HeadsResult` out
 (``heads.json``, ``heads.csv`` with one row per head, ``heads_prompts.csv`` with one row per prompt).
 
-Per block and head (:mod:`countlens.llm.heads` defines every quantity): the attention mass from the boundary
+Per block and head (:mod:`countlens.llm.heads.attention` defines every quantity): the attention mass from the boundary
 and from the last item to the target items, the distractor items and everything else (mean and spread over
 the prompts), and the target excess (a preference for the targets beyond their share of the items); then head
 ablation — the head's output at the boundary replaced by its mean over the prompt set — scored by the
 normalised logit difference against the prompt's one-target-fewer twin (the twin of Figure 11,
-:func:`countlens.llm.experiments.positions.corrupted_twin`) and, given a ``probes.json`` fitted on a capture of
+:func:`countlens.llm.positions.experiment.corrupted_twin`) and, given a ``probes.json`` fitted on a capture of
 the same model, by the shift of the probe's read-out at its location.
 
 What it can show: which heads look at the counted items (from the boundary, or from the end of the list), and
@@ -28,13 +28,18 @@ import numpy as np
 
 from countlens.core.errors import ConfigError, UsageError, about, literal
 from countlens.core.locations import location_names, resolve_location, resolve_locations
+from countlens.core.options import ExperimentConfig
 from countlens.core.results import Result, result_provenance
 from countlens.llm.answers import MIN_LD_GAP, candidate_token_ids, normalised_ld
-from countlens.llm.capture import context_length, find_blocks, hidden_size, n_blocks_of, pad_token_id
-from countlens.llm.experiments.capture import check_positive
-from countlens.llm.experiments.options import ExperimentConfig
-from countlens.llm.experiments.positions import FLIPS, corrupted_twin
-from countlens.llm.heads import (
+from countlens.llm.capture.experiment import check_positive
+from countlens.llm.capture.residuals import (
+    context_length,
+    find_blocks,
+    hidden_size,
+    n_blocks_of,
+    pad_token_id,
+)
+from countlens.llm.heads.attention import (
     KINDS,
     QUERIES,
     Readout,
@@ -46,6 +51,7 @@ from countlens.llm.heads import (
 )
 from countlens.llm.hooks import attention_output_site, hook_sites
 from countlens.llm.models import LoadedModel, ModelRef, ModelSpec, load_model_config, load_tokenizer
+from countlens.llm.positions.experiment import FLIPS, corrupted_twin
 from countlens.llm.prompts import Prompt, PromptSettings, arrangement, build_prompts
 
 
@@ -124,7 +130,7 @@ class HeadsPlan:
     prompts: list[Prompt]
     roles: list[np.ndarray]
     ablated: list[int]
-    twins: list[Any]  # countlens.llm.experiments.positions.PromptPair per ablated prompt
+    twins: list[Any]  # countlens.llm.positions.experiment.PromptPair per ablated prompt
     layers: list[int]
     probe: ProbeRead | None
 
@@ -300,7 +306,7 @@ def _candidates(tokenizer, prompts: list[Prompt], template: str) -> list[list[li
 
 
 def run_heads(config: HeadsConfig, *, loaded: LoadedModel | None = None, progress: bool = False) -> HeadsResult:
-    """Figure 12 (:mod:`countlens.llm.heads`): the masses from one eager forward per batch of prompts, then
+    """Figure 12 (:mod:`countlens.llm.heads.attention`): the masses from one eager forward per batch of prompts, then
     the clean, twin and ablated boundary steps of the ablated prompts. ``loaded`` reuses a model already loaded
     from ``config.model``."""
     import torch

@@ -1,6 +1,6 @@
 """Figure 13, lenses at the boundary: a :class:`LensConfig` in (a capture folder, and optionally the probes
 fitted on it), a :class:`LensResult` out (``lens.json``, ``lens.csv`` and ``angles.csv``). The numerics are
-in :mod:`countlens.llm.lens`.
+in :mod:`countlens.llm.lens.readout`.
 
 No prompt is run: the capture already holds every location's boundary vector, and the model's own
 next-token logits at the boundary are its last location read through its final norm and unembedding. The
@@ -16,13 +16,13 @@ import numpy as np
 
 from countlens.core.errors import ConfigError, about, literal
 from countlens.core.locations import location_label, location_names, resolve_locations
+from countlens.core.options import ExperimentConfig
 from countlens.core.results import Result, result_provenance
 from countlens.core.store import acts_array, column, load_capture, read_meta
 from countlens.core.threads import blas_threads, torch_threads
 from countlens.llm.answers import candidate_token_ids
-from countlens.llm.experiments.capture import check_positive
-from countlens.llm.experiments.options import ExperimentConfig
-from countlens.llm.lens import (
+from countlens.llm.capture.experiment import check_positive
+from countlens.llm.lens.readout import (
     FirstTokens,
     candidate_kl,
     check_unembedding,
@@ -96,11 +96,11 @@ class LensConfig(ExperimentConfig):
 @dataclass
 class LensResult(Result):
     """Per location (``locations``): ``logit`` and ``tuned``, the test prompts' read-out through each lens
-    (:func:`countlens.llm.lens.readout_summary`: ``logprob``, ``rank``, ``top1``, ``expected_corr``,
+    (:func:`countlens.llm.lens.readout.readout_summary`: ``logprob``, ``rank``, ``top1``, ``expected_corr``,
     ``expected_mae``, and ``kl``, the mean KL from the model's own answer-start distribution; the tuned lens
     adds its ``alpha_rel`` and the validation KL per α, ``val_kl``); ``angles``: per count direction
     (``probe``, ``mean-diff``) and row set (``raw`` unembedding rows, ``folded`` through the final norm)
-    :func:`~countlens.llm.lens.direction_cosines` without the per-token cosines, and ``random``, the
+    :func:`~countlens.llm.lens.readout.direction_cosines` without the per-token cosines, and ``random``, the
     random baseline of each row set. ``model_readout``: the model's own read-out on the test prompts.
     ``rows`` (``lens.csv``): one record per (test prompt, location, lens); ``angle_rows`` (``angles.csv``):
     one per (location, direction, number token) with its signed cosines."""
@@ -170,8 +170,8 @@ def candidate_counts(config: LensConfig, settings: dict[str, Any]) -> tuple[list
 def preflight_lens(config: LensConfig, meta: dict[str, Any]) -> tuple[FirstTokens, Any]:
     """What can be checked before any weights load: the capture's model has an output embedding and the
     candidates' tokens lie within its vocabulary (the tokenizer and the config only). Returns the
-    candidates' :class:`~countlens.llm.lens.FirstTokens` and the tokenizer."""
-    from countlens.llm.experiments.steering import capture_spec
+    candidates' :class:`~countlens.llm.lens.readout.FirstTokens` and the tokenizer."""
+    from countlens.llm.steering.experiment import capture_spec
 
     settings = capture_settings(meta)
     ref = capture_spec(settings, config.device).resolve(progress=False)
@@ -193,8 +193,8 @@ def _candidates(tokenizer, counts, template, where):
 
 def probe_coefficients(probes: ProbeResult, meta: dict[str, Any]) -> dict[str, np.ndarray]:
     """Per location name the native coefficients of the first split seed's validation-selected probe of
-    ``probes``, checked against the capture (:func:`countlens.llm.experiments.steering.check_probes`)."""
-    from countlens.llm.experiments.steering import check_probes
+    ``probes``, checked against the capture (:func:`countlens.llm.steering.experiment.check_probes`)."""
+    from countlens.llm.steering.experiment import check_probes
 
     check_probes(probes, meta)
     return {loc.name: np.asarray(loc.fits[0].coef, dtype=np.float64) for loc in probes.locations
@@ -219,7 +219,7 @@ def run_lens(config: LensConfig, *, loaded: LoadedModel | None = None, progress:
 
 
 def _run_lens(config: LensConfig, loaded: LoadedModel | None, progress: bool) -> LensResult:
-    from countlens.llm.experiments.steering import capture_model
+    from countlens.llm.steering.experiment import capture_model
     from countlens.probes.experiments import ProbeResult
     from countlens.probes.splits import split_rows
 

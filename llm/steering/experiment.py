@@ -1,12 +1,12 @@
 """Figure 9b, steering at the boundary: a :class:`SteeringConfig` in (a capture folder, and the probes fitted
 on it), a :class:`SteeringResult` out (``steering.json`` and ``steering.csv``).
 
-A step is added to the boundary vector at one location (:class:`countlens.llm.patching.BoundaryEdit`) and
+A step is added to the boundary vector at one location (:class:`countlens.llm.patching.edits.BoundaryEdit`) and
 the forward continues; per step the model's greedy answer and its answer distribution over the capture's
-count range, both from the same prompt pass (:func:`countlens.llm.patching.scored_answers` /
+count range, both from the same prompt pass (:func:`countlens.llm.patching.edits.scored_answers` /
 :func:`~countlens.llm.answers.answer_distribution`), are compared with the clean run's. Directions: the
 validation-selected ridge probe ``w`` (``probe``), the mean-difference direction ``v`` (``mean-diff``: the least-squares slope of the count
-centroids on n, :func:`countlens.llm.lens.count_slope`), and a random direction (the control). Units:
+centroids on n, :func:`countlens.llm.lens.readout.count_slope`), and a random direction (the control). Units:
 
 - ``readout`` (the default, the probe's read-out units): ``Δ · w / ‖w‖²``, so the probe reads exactly Δ
   more; the random control has the norm of the probe's step. On a model whose probe has a large norm
@@ -27,15 +27,15 @@ import numpy as np
 
 from countlens.core.errors import ConfigError, UsageError, about, literal
 from countlens.core.locations import location_names, resolve_location
+from countlens.core.options import ExperimentConfig
 from countlens.core.results import Result, result_provenance
 from countlens.core.store import acts_array, column, load_capture, read_meta
 from countlens.llm.answers import ANSWER_TOKENS, answer_candidates, answer_distribution
-from countlens.llm.experiments.capture import check_positive, random_init_model
-from countlens.llm.experiments.options import ExperimentConfig
-from countlens.llm.experiments.patching import RowsCSV, answer_shift, boundary_vectors, mean_or_none
-from countlens.llm.lens import count_slope
+from countlens.llm.capture.experiment import check_positive, random_init_model
+from countlens.llm.lens.readout import count_slope
 from countlens.llm.models import LoadedModel, ModelSpec, check_device, load_tokenizer
-from countlens.llm.patching import count_step, random_direction, scored_answers, steering_vector
+from countlens.llm.patching.edits import count_step, random_direction, scored_answers, steering_vector
+from countlens.llm.patching.experiment import RowsCSV, answer_shift, boundary_vectors, mean_or_none
 from countlens.llm.prompts import PromptSettings, build_prompts
 
 if TYPE_CHECKING:  # imported where used: it brings scikit-learn, which a capture never needs
@@ -203,7 +203,7 @@ def steered_location(meta: dict[str, Any], location: str | int) -> str:
 
 def mean_difference(acts: str, location: str) -> np.ndarray:
     """The mean-difference direction ``v`` (d,) at ``location`` of the capture ``acts``: the least-squares
-    slope of its count centroids on n (:func:`countlens.llm.lens.count_slope`), from the boundary rows;
+    slope of its count centroids on n (:func:`countlens.llm.lens.readout.count_slope`), from the boundary rows;
     ``ConfigError("acts")`` for a capture that cannot give one (unreadable, one count, centroids that do not
     move with n)."""
     with about("acts"):

@@ -24,6 +24,7 @@ import numpy as np
 
 from countlens.core.errors import ConfigError, UsageError, literal
 from countlens.core.io import free_bytes, provenance, size_text, to_jsonable, write_json_atomic
+from countlens.core.options import ExperimentConfig
 from countlens.core.results import Result, result_provenance
 from countlens.core.store import ActivationWriter, existing_capture, load_capture, read_meta
 from countlens.llm.answers import (
@@ -33,7 +34,7 @@ from countlens.llm.answers import (
     candidate_token_ids,
     check_generation_prompt,
 )
-from countlens.llm.capture import (
+from countlens.llm.capture.residuals import (
     BACKENDS,
     POSITIONS,
     capture_shard,
@@ -45,7 +46,6 @@ from countlens.llm.capture import (
     n_blocks_of,
     shard_runner,
 )
-from countlens.llm.experiments.options import ExperimentConfig
 from countlens.llm.hooks import residual_locations
 from countlens.llm.models import (
     DEFAULT_MODEL,
@@ -204,7 +204,7 @@ class CapturePlan:
                 + f"; one shard of {self.config.shard_rows} prompts takes {size_text(self.shard_memory())} in memory")
 
     def meta(self, facts: dict[str, Any]) -> dict[str, Any]:
-        """The capture's ``meta.json`` given the loaded model's :func:`~countlens.llm.capture.model_facts`."""
+        """The capture's ``meta.json`` given the loaded model's :func:`~countlens.llm.capture.residuals.model_facts`."""
         c, settings = self.config, self.config.prompts
         extra: dict[str, Any] = {}
         if c.positions != "boundary":
@@ -355,8 +355,8 @@ class CaptureResult(Result):
 
 
 def capture_runner(plan: CapturePlan, loaded: LoadedModel | None = None, progress: bool = True):
-    """(the model, the :class:`~countlens.llm.capture.ShardRunner` that captures its shards) for ``plan``:
-    the one way a single process and each Ray worker (:mod:`countlens.llm.distributed`) set up a capture.
+    """(the model, the :class:`~countlens.llm.capture.residuals.ShardRunner` that captures its shards) for ``plan``:
+    the one way a single process and each Ray worker (:mod:`countlens.llm.capture.distributed`) set up a capture.
     ``loaded`` reuses an already loaded model; otherwise the weights load (or are drawn, ``random_init``)."""
     config, spec = plan.config, plan.config.model
     if loaded is None and config.random_init:

@@ -14,7 +14,7 @@ from countlens.core.io import save_figure
 from countlens.core.report import Page, Section, location_cell, table
 
 if TYPE_CHECKING:
-    from countlens.llm.experiments.lens import LensResult
+    from countlens.llm.lens.experiment import LensResult
 
 LENS_STYLES = {"logit": dict(color="C0", marker="o", label="logit lens"),
                "tuned": dict(color="C2", marker="s", label="tuned lens")}

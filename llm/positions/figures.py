@@ -14,7 +14,7 @@ from countlens.core.io import save_figure
 from countlens.core.report import Page, Section, location_cell, table
 
 if TYPE_CHECKING:
-    from countlens.llm.experiments.positions import PatchedPair, PositionPatchingResult
+    from countlens.llm.positions.experiment import PatchedPair, PositionPatchingResult
 
 POSITION_CAPTION = ("One position is patched at a time: a cell near 0 can still matter when the other positions "
                     "carry the same information (they keep the corrupted run's).")
@@ -47,7 +47,7 @@ def plot_position_patching(result: PositionPatchingResult):
     after patching one position (columns): left, one prompt pair token by token (the flipped item marked);
     right, every normalised pair's mean per group of positions (items before the flipped one, the flipped
     item, items after it, the template tokens after the items, the boundary)."""
-    from countlens.llm.experiments.positions import GROUP_LABELS, GROUPS
+    from countlens.llm.positions.experiment import GROUP_LABELS, GROUPS
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(12.0, 5.0), gridspec_kw={"width_ratios": [3, 1.3]})
     locs = result.locations
@@ -91,7 +91,7 @@ def draw_position_patching(result: PositionPatchingResult, folder: str | Path) -
 def position_patching_view(page: Page, s: Section) -> None:
     """Figure 11's caption and per-location table of the group means; ``s.result`` is the
     :class:`PositionPatchingResult`."""
-    from countlens.llm.experiments.positions import GROUP_LABELS, GROUPS
+    from countlens.llm.positions.experiment import GROUP_LABELS, GROUPS
 
     result: PositionPatchingResult = s.result
     rel = s.rel

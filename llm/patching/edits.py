@@ -39,7 +39,7 @@ from countlens.llm.answers import (
     score_candidates,
     stop_token_ids,
 )
-from countlens.llm.capture import find_blocks, pad_batch, pad_token_id
+from countlens.llm.capture.residuals import find_blocks, pad_batch, pad_token_id
 from countlens.llm.hooks import HookSet, hook_sites
 
 

@@ -1,5 +1,5 @@
 """Figure 9a, boundary activation patching: a :class:`PatchingConfig` in, a :class:`PatchingResult` out
-(``patching.json`` and ``patching.csv``). The edit itself is :class:`countlens.llm.patching.BoundaryEdit`.
+(``patching.json`` and ``patching.csv``). The edit itself is :class:`countlens.llm.patching.edits.BoundaryEdit`.
 
 Beside the greedy answer (which a weak model leaves at "1" whatever is patched), every answer is scored as a
 distribution over the candidate counts (docs/definitions.md §2, :mod:`countlens.llm.answers`): the normalised
@@ -21,6 +21,7 @@ import numpy as np
 
 from countlens.core.errors import ConfigError
 from countlens.core.locations import location_label, location_names
+from countlens.core.options import ExperimentConfig
 from countlens.core.results import Result, result_provenance
 from countlens.llm.answers import (
     ANSWER_TOKENS,
@@ -30,12 +31,17 @@ from countlens.llm.answers import (
     candidate_token_ids,
     normalised_ld,
 )
-from countlens.llm.capture import BoundaryCapture, context_length, n_blocks_of, pad_batch, pad_token_id
-from countlens.llm.experiments.capture import check_positive
-from countlens.llm.experiments.options import ExperimentConfig
+from countlens.llm.capture.experiment import check_positive
+from countlens.llm.capture.residuals import (
+    BoundaryCapture,
+    context_length,
+    n_blocks_of,
+    pad_batch,
+    pad_token_id,
+)
 from countlens.llm.hooks import residual_locations
 from countlens.llm.models import LoadedModel, ModelRef, ModelSpec, load_model_config, load_tokenizer
-from countlens.llm.patching import scored_answers
+from countlens.llm.patching.edits import scored_answers
 from countlens.llm.prompts import Prompt, PromptSettings, build_prompts
 
 
@@ -204,8 +210,8 @@ def run_patching(config: PatchingConfig, *, loaded: LoadedModel | None = None,
     """Figure 9a. One capture pass over the source prompts gives their boundary vectors, one more their
     candidates' scores; each (target, location) is then one patched prompt pass, batched across locations, from
     whose logits and cache every candidate answer is teacher-forced and the greedy answer decoded
-    (:func:`~countlens.llm.patching.scored_answers`). Only the boundary position is patched
-    (see :mod:`countlens.llm.patching`). Bad input is refused before the weights load (:func:`plan_patching`);
+    (:func:`~countlens.llm.patching.edits.scored_answers`). Only the boundary position is patched
+    (see :mod:`countlens.llm.patching.edits`). Bad input is refused before the weights load (:func:`plan_patching`);
     ``loaded`` reuses a model already loaded from ``config.model``."""
     import torch
 

@@ -4,7 +4,7 @@
 A clean prompt with ``n`` targets and its **corrupted twin** — the same items, one target (the first, middle or
 last, ``flip``) replaced by the distractor, so ``n − 1`` targets and the same number of tokens — are run once
 each; then, for every location ℓ and every position p from the first item to the boundary, the clean residual at
-(ℓ, p) replaces the corrupted run's and the forward continues (:class:`countlens.llm.patching.PositionPatcher`).
+(ℓ, p) replaces the corrupted run's and the forward continues (:class:`countlens.llm.patching.edits.PositionPatcher`).
 The score is the normalised logit difference (docs/definitions.md §2):
 
     LD = log p("n") − log p("n − 1"),   normalised_ld = (LD_patched − LD_corrupt) / (LD_clean − LD_corrupt),
@@ -32,14 +32,14 @@ import numpy as np
 
 from countlens.core.errors import ConfigError, literal
 from countlens.core.locations import location_label, location_names
+from countlens.core.options import ExperimentConfig
 from countlens.core.results import Result, result_provenance
 from countlens.llm.answers import MIN_LD_GAP, candidate_token_ids, normalised_ld
-from countlens.llm.capture import context_length, n_blocks_of
-from countlens.llm.experiments.capture import check_positive
-from countlens.llm.experiments.options import ExperimentConfig
+from countlens.llm.capture.experiment import check_positive
+from countlens.llm.capture.residuals import context_length, n_blocks_of
 from countlens.llm.hooks import residual_locations
 from countlens.llm.models import LoadedModel, ModelRef, ModelSpec, load_model_config, load_tokenizer
-from countlens.llm.patching import PATCH_METHODS, PositionPatcher
+from countlens.llm.patching.edits import PATCH_METHODS, PositionPatcher
 from countlens.llm.prompts import (
     Prompt,
     PromptSettings,
@@ -70,7 +70,7 @@ class PositionPatchingConfig(ExperimentConfig):
     a spec for :func:`countlens.core.locations.resolve_locations` (default all), of which every
     ``location_step``-th is patched, the last always (a model-independent way to halve the cost: ``2``).
     ``method`` ``cached`` reuses the
-    corrupted run (:class:`~countlens.llm.patching.PositionPatcher`), ``naive`` runs one whole forward per cell
+    corrupted run (:class:`~countlens.llm.patching.edits.PositionPatcher`), ``naive`` runs one whole forward per cell
     (the reference; same scores). ``batch_size`` patched runs share a forward. Pairs whose clean and corrupted
     logit differences are closer than ``min_gap`` nats are reported, not normalised.
 
