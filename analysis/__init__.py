@@ -27,3 +27,9 @@ from countlens.analysis.geometry import (  # noqa: F401
     mean_gap,
     pca_2d,
 )
+
+__all__ = [
+    "CompareConfig", "CompareResult", "GeometryConfig", "GeometryResult", "run_compare", "run_geometry",
+    "adjacent_gaps", "count_centroids", "effective_rank", "endpoint_angle", "erank_ratio", "gap_ratio", "mean_gap",
+    "pca_2d",
+]

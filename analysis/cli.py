@@ -62,13 +62,12 @@ def register(subparsers) -> None:
     p.set_defaults(func=cmd_compare)
 
 
-def _window(text: str | None, flag: str) -> tuple[int, int] | None:
-    return None if text is None else parse_window(text, flag)
+def _window(text: str | None, field: str) -> tuple[int, int] | None:
+    return None if text is None else parse_window(text, field)
 
 
 def _windows(args) -> dict[str, tuple[int, int] | None]:
-    return {"low": parse_window(args.low, "--low"), "high": parse_window(args.high, "--high"),
-            "pca_counts": _window(args.pca_counts, "--pca-counts")}
+    return {name: _window(getattr(args, name), name) for name in ("low", "high", "pca_counts")}
 
 
 def cmd_geometry(args) -> int:
@@ -89,7 +88,7 @@ def cmd_compare(args) -> int:
     from countlens.analysis.figures import draw_compare
 
     config = CompareConfig(toy=tuple(args.toy), acts=args.acts, locations=args.locations, toy_L=args.toy_L,
-                           arc_counts=_window(args.arc_counts, "--arc-counts"), **_windows(args))
+                           arc_counts=_window(args.arc_counts, "arc_counts"), **_windows(args))
     out = Path(args.out)
     result = run_compare(config, out)
     result.save(out)

@@ -42,9 +42,7 @@ from countlens.analysis.geometry import (
 )
 from countlens.analysis.layerwise import CentroidSet
 from countlens.core.threads import blas_threads
-from countlens.probes.metrics import native_norm, rounded_accuracy
-from countlens.probes.ridge import RidgePathProbe
-from countlens.probes.splits import DEFAULT_FRACTIONS, split_rows
+from countlens.probes import DEFAULT_FRACTIONS, RidgePathProbe, native_norm, rounded_accuracy, split_rows
 
 # Relative ridge coefficients (countlens.probes.penalty_unit of the raw centred design). Exact toy read-outs
 # need very weak regularisation (their norms grow with L), so the grid reaches far down; 0 is the

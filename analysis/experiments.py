@@ -10,6 +10,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -25,13 +26,16 @@ from countlens.analysis.geometry import (
     window_within,
 )
 from countlens.analysis.layerwise import centroids_from_capture, compute_geometry
+from countlens.core.capture import Capture, CaptureMeta, open_capture
 from countlens.core.errors import ConfigError, UsageError, about
+from countlens.core.fields import AtLeast, Optional, Window, check_fields
 from countlens.core.io import read_json
 from countlens.core.locations import default_pca_locations, location_label, resolve_locations
+from countlens.core.registry import Experiment, declare
 from countlens.core.results import Result, result_provenance
-from countlens.core.store import acts_array, capture_meta, column, load_capture
-from countlens.probes.experiments import SELECTION
-from countlens.probes.splits import DEFAULT_FRACTIONS
+from countlens.core.store import META
+from countlens.probes import DEFAULT_FRACTIONS, SELECTION
+from countlens.toy import COMPARE_CONSTRUCTIONS
 
 # What each reported ratio is, stored beside the numbers so every page that shows one can name it.
 GEOMETRY_DEFINITIONS = {
@@ -57,25 +61,12 @@ COMPARE_DEFINITIONS = {
 }
 
 
-def _check_window(name: str, window) -> tuple[int, int]:
-    """The config field ``name``'s window as two ints; a :class:`ConfigError` unless ``0 <= lo < hi``."""
-    try:
-        lo, hi = (int(v) for v in window)
-    except (TypeError, ValueError):
-        shown = repr(window).replace("{", "{{").replace("}", "}}")
-        raise ConfigError(name, f"{{{name}}} must be two counts lo, hi, got {shown}") from None
-    if hi <= lo or lo < 0:
-        raise ConfigError(name, f"{{{name}}} must be lo:hi with 0 <= lo < hi, got {lo}:{hi}")
-    return lo, hi
-
-
-def _load(acts: str | os.PathLike):
-    ds = load_capture(acts)
-    meta = capture_meta(ds)
-    locations = list(meta.get("locations") or [])
+def _load(acts: str | os.PathLike | Capture) -> tuple[Capture, list[str]]:
+    capture = open_capture(acts)
+    locations = list(capture.meta.locations)
     if not locations:
-        raise UsageError(f"{acts}/meta.json names no locations")
-    return ds, meta, locations
+        raise UsageError(f"{capture.folder}/meta.json names no locations")
+    return capture, locations
 
 
 # --------------------------------------------------------------------------------------- Figures 5-6
@@ -92,11 +83,11 @@ class GeometryConfig:
     pca_counts: tuple[int, int] | None = None
     pca_locations: str | None = None
 
+    FIELDS: ClassVar[dict] = {"low": Window(), "high": Window(), "pca_counts": Optional(Window())}
+
     def __post_init__(self) -> None:
         self.acts = str(self.acts)
-        self.low, self.high = _check_window("low", self.low), _check_window("high", self.high)
-        if self.pca_counts is not None:
-            self.pca_counts = _check_window("pca_counts", self.pca_counts)
+        check_fields(self, self.FIELDS, assign=True)
 
 
 @dataclass
@@ -152,15 +143,15 @@ class GeometryResult(Result):
 def run_geometry(config: GeometryConfig) -> GeometryResult:
     """Centroids of the capture at every location, Figure 5's ratios and Figure 6's PCA."""
     with about("acts"):
-        ds, meta, locations = _load(config.acts)
+        capture, locations = _load(config.acts)
     with about("pca_locations"):
         pca_locations = None if config.pca_locations is None else resolve_locations(locations, config.pca_locations)
-    cs = centroids_from_capture(ds, locations)
+    cs = centroids_from_capture(capture)
     pca_counts = window_within(PCA_COUNTS, cs.counts) if config.pca_counts is None else config.pca_counts
     per_location, pca = compute_geometry(cs, config.low, config.high, pca_counts, pca_locations)
-    source = {"acts": config.acts, "model": meta.get("model"), "rows": len(ds),
-              "config_names": sorted(set(column(ds, "config").tolist())),
-              "pairs": sorted(set(column(ds, "pair").tolist()))}
+    source = {"acts": config.acts, "model": capture.meta.model_id, "rows": len(capture),
+              "config_names": sorted(set(capture.column("config").tolist())),
+              "pairs": sorted(set(capture.column("pair").tolist()))}
     return GeometryResult(locations=list(locations), counts=cs.counts.tolist(), seeds=cs.seeds.tolist(),
                           low_window=list(config.low), high_window=list(config.high),
                           pca_counts=list(pca_counts), per_location=per_location, pca=pca, source=source,
@@ -186,6 +177,9 @@ class CompareConfig:
     high: tuple[int, int] = HIGH_WINDOW
     pca_counts: tuple[int, int] | None = None
 
+    FIELDS: ClassVar[dict] = {"toy_L": Optional(AtLeast(1)), "low": Window(), "high": Window(),
+                              "arc_counts": Optional(Window()), "pca_counts": Optional(Window())}
+
     def __post_init__(self) -> None:
         if isinstance(self.toy, (str, os.PathLike)):  # one source
             self.toy = (self.toy,)
@@ -193,13 +187,7 @@ class CompareConfig:
         self.acts = str(self.acts)
         if not self.toy:
             raise ConfigError("toy", "{toy} must name at least one toy source")
-        if self.toy_L is not None and int(self.toy_L) < 1:
-            raise ConfigError("toy_L", f"{{toy_L}} must be >= 1, got {self.toy_L}")
-        self.low, self.high = _check_window("low", self.low), _check_window("high", self.high)
-        if self.arc_counts is not None:
-            self.arc_counts = _check_window("arc_counts", self.arc_counts)
-        if self.pca_counts is not None:
-            self.pca_counts = _check_window("pca_counts", self.pca_counts)
+        check_fields(self, self.FIELDS, assign=True)
 
 
 @dataclass
@@ -245,11 +233,11 @@ def run_compare(config: CompareConfig, work_dir: str | os.PathLike) -> CompareRe
     exported to ``work_dir/toy-acts/<stem>`` (a finished export is reused)."""
     work_dir = Path(work_dir)
     with about("acts"):
-        ds, meta, locations = _load(config.acts)
+        capture, locations = _load(config.acts)
     with about("locations"):
         llm_locations = (resolve_locations(locations, config.locations) if config.locations is not None
                          else default_pca_locations(len(locations)))
-    llm_cs = centroids_from_capture(ds, locations)  # before the toy export: bad LLM input fails first
+    llm_cs = centroids_from_capture(capture)  # before the toy export: bad LLM input fails first
     for name in ("low", "high", "arc_counts", "pca_counts"):
         if getattr(config, name) is not None:  # a window the capture cannot fill, no toy domain fills
             window_rows(llm_cs.counts, getattr(config, name), name)
@@ -258,22 +246,22 @@ def run_compare(config: CompareConfig, work_dir: str | os.PathLike) -> CompareRe
     with about("toy"):
         sources = _toy_sources(config.toy, toy_L, work_dir)
     for label, path, readout in sources:
-        tds, _, tlocs = _load(path)
-        toys.append((label, path, readout, tds, tlocs, centroids_from_capture(tds, tlocs)))
+        toy, tlocs = _load(path)
+        toys.append((label, path, readout, toy, tlocs, centroids_from_capture(toy)))
     counts = [llm_cs.counts] + [t[-1].counts for t in toys]
     windows = {"low": config.low, "high": config.high,
                "arc_counts": window_within(ARC_COUNTS, *counts) if config.arc_counts is None else config.arc_counts,
                "pca_counts": window_within(PCA_COUNTS, *counts) if config.pca_counts is None else config.pca_counts}
     rows = []
-    for label, path, readout, tds, tlocs, tcs in toys:
+    for label, path, readout, toy, tlocs, tcs in toys:
         li = len(tlocs) - 1  # the toy's read-out representation is its last location
         with _toy_domain(label, max(hi for _, hi in windows.values())):
-            metrics = source_metrics(tcs, li, acts_array(tds, li), column(tds, "n"), **windows)
+            metrics = source_metrics(tcs, li, toy.acts(li), toy.counts(), **windows)
         rows.append({"label": label, "kind": "toy", "source": str(path), "location": tlocs[li], **metrics,
                      **readout})
-    model = meta.get("model") or "LLM"
+    model = capture.meta.model_id or "LLM"
     for li in llm_locations:
-        metrics = source_metrics(llm_cs, li, acts_array(ds, li), column(ds, "n"), **windows)
+        metrics = source_metrics(llm_cs, li, capture.acts(li), capture.counts(), **windows)
         rows.append({"label": f"LLM {location_label(locations[li])}", "kind": "llm", "source": config.acts,
                      "location": locations[li], "model": model, **metrics,
                      "readout_norm": None, "readout_passed": None})
@@ -303,15 +291,14 @@ def _toy_sources(specs: tuple[str, ...], toy_L: int, work_dir: Path) -> list[tup
     """(label, activation folder, read-out info) for every toy source; parameter files are exported to
     ``work_dir/toy-acts/<stem>`` (reused when already there). In a folder, the JSON files that hold no toy
     parameters are skipped."""
-    from countlens.toy.export import export_toy_activations
-    from countlens.toy.model import read_params
+    from countlens.toy import export_toy_activations, read_params
 
     sources: list[tuple[str, Path, dict]] = []
     files: list[tuple[Path, Any]] = []  # (path, its ParamsFile)
     for spec in specs:
         path = Path(spec)
-        if path.is_dir() and (path / "meta.json").is_file():
-            meta = read_json(path / "meta.json", "toy activation metadata")
+        if path.is_dir() and (path / META).is_file():
+            meta = Capture.from_folder(path).meta
             sources.append((_toy_label_from_meta(meta, path), path, _export_readout(meta)))
         elif path.is_dir():
             found = [(f, params) for f in sorted(path.glob("*.json"))
@@ -343,7 +330,7 @@ def _toy_sources(specs: tuple[str, ...], toy_L: int, work_dir: Path) -> list[tup
 def _params_or_none(path: Path, toy_L: int):
     """The toy parameters a JSON file of a toy folder holds (:func:`countlens.toy.model.read_params`), or
     ``None`` for a file that holds none (other JSON files of the folder)."""
-    from countlens.toy.model import read_params
+    from countlens.toy import read_params
 
     try:
         return read_params(read_json(path), L=toy_L)
@@ -359,22 +346,46 @@ def _toy_readout(params) -> dict:
             "readout_passed": params.passed}
 
 
-def _export_readout(meta: dict) -> dict:
+def _export_readout(meta: CaptureMeta) -> dict:
     """:func:`_toy_readout` of the parameters a toy activation folder was exported from (its
     ``meta.json`` records them; it records no check), or no read-out for a folder without them."""
-    from countlens.toy.model import read_params
+    from countlens.toy import read_params
 
     try:
-        return _toy_readout(read_params(meta.get("params"), L=meta.get("L")))
+        return _toy_readout(read_params(meta.params, L=meta.L))
     except UsageError:
         return {"readout_norm": None, "readout_passed": None}
 
 
-def _toy_label_from_meta(meta: dict, path: Path) -> str:
-    for key in ("variant", "config", "model"):
-        if isinstance(meta.get(key), str):
-            return meta[key]
-    return path.name
+def _toy_label_from_meta(meta: CaptureMeta, path: Path) -> str:
+    return meta.variant or (meta.model_id if isinstance(meta.model_id, str) else None) or path.name
+
+
+
+# Figure 5's windows (low and high count ranges) and Figure 6's PCA counts, at the paper's sizes and the suite's.
+WINDOWS = {"low": (1, 10), "high": (91, 100), "pca_counts": (1, 100)}
+TEST_WINDOWS = {"low": (1, 4), "high": (8, 11), "pca_counts": (1, 11)}
+
+
+def _compare(preset: str, windows: dict[str, tuple[int, int]], arc_counts: tuple[int, int]):
+    """The comparison at ``preset``: the toy constructed at the same size as ``toy-construct``'s preset."""
+    def build(toy: str, acts: str) -> CompareConfig:
+        return CompareConfig(toy=(toy,), acts=acts, toy_L=COMPARE_CONSTRUCTIONS[preset].L, arc_counts=arc_counts,
+                             **windows)
+    return build
+
+
+declare(Experiment(
+    "geometry", "Figures 5 and 6: layerwise geometry", GeometryConfig, run_geometry, GeometryResult, order=110,
+    figure="countlens.analysis.figures:draw_geometry", plot="countlens.analysis.figures:plot_figure5", view="countlens.analysis.figures:geometry_view", reads={"acts": "capture"},
+    presets={"quick": partial(GeometryConfig, **WINDOWS), "full": partial(GeometryConfig, **WINDOWS),
+             "test": partial(GeometryConfig, **TEST_WINDOWS)}, study="model"))
+declare(Experiment(
+    "compare", "Toy vs LLM", CompareConfig, run_compare, CompareResult, order=140, figure="countlens.analysis.figures:draw_compare", plot="countlens.analysis.figures:plot_compare",
+    view="countlens.analysis.figures:compare_view", reads={"toy": "toy-construct", "acts": "capture"},
+    presets={"quick": _compare("quick", WINDOWS, (1, 100)), "full": _compare("full", WINDOWS, (1, 100)),
+             "test": _compare("test", TEST_WINDOWS, (1, 11))},
+    places={"work_dir": ""}, study="model"))
 
 
 __all__ = ["GEOMETRY_DEFINITIONS", "COMPARE_DEFINITIONS", "GeometryConfig", "GeometryResult", "run_geometry",

@@ -1,6 +1,6 @@
 """Layerwise geometry of a data set: count centroids per seed and location, Figure 5's ratios and
 Figure 6's PCA (docs/definitions.md §2, "Geometry"). Pure functions of arrays, except that
-:func:`centroids_from_capture` streams a capture through :func:`countlens.core.store.iter_batches`.
+:func:`centroids_from_capture` streams a capture through :meth:`countlens.core.capture.Capture.batches`.
 
 Centroids follow the paper: per seed, the mean boundary vector over every prompt with count ``n`` (all
 token pairs, prompt configurations and distractor counts pooled — with the balanced design of
@@ -15,6 +15,7 @@ the per-pair means first). Two gap (and effective-rank) ratios follow, each name
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,9 +34,9 @@ from countlens.analysis.geometry import (
     window_rows,
     window_within,
 )
+from countlens.core.capture import Capture, open_capture
 from countlens.core.errors import ConfigError, UsageError
 from countlens.core.locations import default_pca_locations
-from countlens.core.store import iter_batches
 
 
 @dataclass
@@ -70,14 +71,15 @@ def centroids_from_arrays(acts: np.ndarray, n: np.ndarray, seed: np.ndarray, loc
     return acc.result(locations)
 
 
-def centroids_from_capture(ds, locations: list[str], batch_size: int = 128) -> CentroidSet:
-    """Centroids of a loaded capture (:func:`countlens.core.store.load_capture`), streamed in batches in the
-    stored dtype (summed in float64), so memory stays O(seeds × counts × locations × d) whatever the
-    number of prompts."""
+def centroids_from_capture(capture: Capture | str | os.PathLike, batch_size: int = 128) -> CentroidSet:
+    """Centroids of a capture (a folder or an opened :class:`~countlens.core.capture.Capture`) at each of
+    its locations, streamed in batches in the stored dtype (summed in float64), so memory stays
+    O(seeds × counts × locations × d) whatever the number of prompts."""
+    capture = open_capture(capture)
     acc = _Accumulator()
-    for batch in iter_batches(ds, ("acts", "n", "seed"), batch_size=batch_size):
+    for batch in capture.batches(("acts", "n", "seed"), batch_size=batch_size):
         acc.add(batch["acts"], batch["n"], batch["seed"])
-    return acc.result(locations)
+    return acc.result(list(capture.meta.locations))
 
 
 class _Accumulator:

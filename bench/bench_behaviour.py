@@ -31,7 +31,7 @@ from countlens.llm.models import load_model, quiet_transformers
 from countlens.llm.patching.edits import BoundaryEdit, edited_answers
 from countlens.llm.patching.experiment import plan_patching
 from countlens.llm.prompts import build_prompts
-from countlens.probes.experiments import ProbeConfig, run_probes
+from countlens.probes.probe import ProbeConfig, run_probes
 
 
 def timed(fn):
@@ -48,9 +48,9 @@ def greedy_patching(config, loaded) -> None:
     sources, targets = [s for s, _ in plan.pairs], [t for _, t in plan.pairs]
     with torch.inference_mode():
         vectors = boundary_vectors(model, tok, sources, plan.locations, config.batch_size)
-        answer_prompts(model, tok, targets, config.template, config.batch_size, config.answer_tokens)
+        answer_prompts(model, tok, targets, config.prompts.template, config.batch_size, config.answer_tokens)
         edits = [(loc, "replace", vectors[i, j]) for j, loc in enumerate(plan.locations) for i in range(len(targets))]
-        edited_answers(model, tok, targets * len(plan.locations), edits, config.template, config.batch_size,
+        edited_answers(model, tok, targets * len(plan.locations), edits, config.prompts.template, config.batch_size,
                        config.answer_tokens)
 
 
@@ -114,7 +114,7 @@ def main() -> None:
         _, greedy = timed(lambda: greedy_patching(patch, loaded))
         passes = len(result.rows) + 2 * len(result.rows) // len(result.locations)
         print(f"quick patching stage ({len(result.rows)} patched prompts, {len(result.locations)} locations, "
-              f"L={patch.L}): {t:.1f} s, {passes / t:.2f} prompt passes (+answers)/s; the greedy part alone (the "
+              f"L={patch.prompts.L}): {t:.1f} s, {passes / t:.2f} prompt passes (+answers)/s; the greedy part alone (the "
               f"stage before the teacher-forced scores) {greedy:.1f} s: the scores cost {t / greedy:.2f}x")
 
         probes = run_probes(ProbeConfig(acts=str(tmp / "answers"), seeds=(0,)))

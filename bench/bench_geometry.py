@@ -20,6 +20,7 @@ import numpy as np
 
 from countlens.analysis.geometry import effective_rank
 from countlens.analysis.layerwise import centroids_from_capture, compute_geometry
+from countlens.core.capture import open_capture
 from countlens.core.store import ActivationWriter, acts_array, load_capture
 
 
@@ -55,8 +56,8 @@ def baseline(ds) -> list[float]:
     return ratios
 
 
-def ours(ds) -> list[float]:
-    cs = centroids_from_capture(ds, [f"l{i}" for i in range(31)])
+def ours(capture) -> list[float]:
+    cs = centroids_from_capture(capture)
     per_location, _ = compute_geometry(cs)
     return [r["gap_ratio"] for r in per_location]
 
@@ -80,7 +81,7 @@ def main() -> None:
         ds = load_capture(Path(tmp) / "acts")
         rows = len(ds)
         t_base, m_base, r_base = measure(baseline, ds)
-        t_ours, m_ours, r_ours = measure(ours, ds)
+        t_ours, m_ours, r_ours = measure(ours, open_capture(Path(tmp) / "acts"))
     np.testing.assert_allclose(r_ours, r_base, rtol=1e-6)
     print(f"capture: {rows} rows x 31 locations x 576 dims (float32 on disk)")
     print(f"baseline (whole array + masks): {t_base:6.2f} s, peak {m_base:7.1f} MiB")

@@ -10,20 +10,23 @@ answer distribution, against the whole stage, in read-out and in count units).
 """
 
 import argparse
+import dataclasses
 import os
 import time
 
 import numpy as np
 import torch
 
-from countlens.core.store import acts_array, load_capture, read_meta
+from countlens.core.capture import Capture
+from countlens.core.store import acts_array, load_capture
 from countlens.core.threads import blas_threads
 from countlens.llm.answers import answer_prompts
+from countlens.llm.capture.experiment import capture_prompts
 from countlens.llm.lens.experiment import LensConfig, run_lens
 from countlens.llm.lens.readout import RidgeMap
 from countlens.llm.models import quiet_transformers
 from countlens.llm.patching.edits import edited_answers
-from countlens.llm.prompts import PromptSettings, build_prompts
+from countlens.llm.prompts import build_prompts
 from countlens.llm.steering.experiment import SteeringConfig, capture_model, run_steering, step_rules
 from countlens.probes.ridge import native_ridge_path
 from countlens.probes.splits import split_rows
@@ -62,22 +65,20 @@ def bench_lens(acts_dir: str, probes: str | None, loaded) -> None:
 def greedy_steering(config: SteeringConfig, loaded) -> None:
     """Figure 9b's greedy read-out alone (the stage before it scored the answer distribution)."""
     from countlens.llm.steering.experiment import mean_difference, probe_direction
-    from countlens.probes.experiments import ProbeResult
+    from countlens.probes.probe import ProbeResult
 
-    meta = read_meta(config.acts)
+    meta = Capture.from_folder(config.acts).meta
     location, w = probe_direction(ProbeResult.read(config.probes), meta, config.location)
     v = mean_difference(config.acts, location) if config.units == "count" else None
     rules, _ = step_rules(config, w, v)
-    settings = meta["settings"]
     model, tok = loaded.model, loaded.tokenizer
-    prompts = build_prompts(tok, PromptSettings(**{**{k: settings[k] for k in PromptSettings().to_dict()},
-                                                   "counts": list(config.counts)}))
+    prompts = build_prompts(tok, dataclasses.replace(capture_prompts(meta), counts=list(config.counts)))
     prompts = [prompts[i] for i in np.linspace(0, len(prompts) - 1, min(config.max_prompts, len(prompts))).astype(int)]
-    loc = meta["locations"].index(location)
+    loc = meta.location_index(location)
     edits = [(loc, "add", rules[d](delta)) for d in rules for delta in config.deltas for _ in prompts]
     with torch.inference_mode():
-        answer_prompts(model, tok, prompts, settings["template"], config.batch_size, config.answer_tokens)
-        edited_answers(model, tok, prompts * (len(edits) // len(prompts)), edits, settings["template"],
+        answer_prompts(model, tok, prompts, meta.template, config.batch_size, config.answer_tokens)
+        edited_answers(model, tok, prompts * (len(edits) // len(prompts)), edits, meta.template,
                        config.batch_size, config.answer_tokens)
 
 
@@ -106,8 +107,8 @@ def main() -> None:
     quiet_transformers()
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; torch threads {torch.get_num_threads()}")
     acts = acts_array(load_capture(args.acts), dtype=np.float64)
-    bench_ridge(acts, list(LensConfig().alphas))
-    loaded = capture_model(read_meta(args.acts)["settings"])
+    bench_ridge(acts, list(LensConfig(acts=args.acts).alphas))
+    loaded = capture_model(Capture.from_folder(args.acts).meta)
     bench_lens(args.acts, args.probes, loaded)
     if args.probes and not args.skip_steering:
         bench_steering(args.acts, args.probes, loaded)

@@ -47,7 +47,7 @@ print("@@" + json.dumps({"work_s": time.perf_counter() - t1, "import_s": t1 - t0
 CLI_IMPORT = """
 import time, json
 t0 = time.perf_counter()
-import countlens.llm.cli
+import countlens.llm.capture.cli  # the capture command (countlens.llm.cli is the area alone)
 print("@@" + json.dumps({"import_s": time.perf_counter() - t0}))
 """
 

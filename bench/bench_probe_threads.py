@@ -23,7 +23,8 @@ import time
 
 import numpy as np
 
-from countlens.probes.experiments import ProbeConfig, ProbeData, run_probes
+from countlens.probes.data import ProbeData
+from countlens.probes.probe import ProbeConfig, run_probes
 
 SHAPES = {"issue": (384, 19, 896), "demo": (1212, 31, 576)}  # rows, locations, dims
 

@@ -37,7 +37,7 @@ def run_single(root: Path, args) -> dict:
 
     started = time.perf_counter()
     result = run_capture(config(args), root / "single", progress=False)
-    return {"wall_s": time.perf_counter() - started, "capture_s": result.meta["capture_seconds"],
+    return {"wall_s": time.perf_counter() - started, "capture_s": result.meta.capture_seconds,
             "rows": result.n_rows}
 
 

@@ -25,7 +25,7 @@ import time
 import numpy as np
 from sklearn.linear_model import Ridge, RidgeCV
 
-from countlens.probes.experiments import load_probe_data
+from countlens.probes.data import load_probe_data
 from countlens.probes.ridge import ridge_path
 
 

@@ -8,8 +8,9 @@ with its figure beside it — :mod:`.capture`, :mod:`.patching` (Figure 9a), :mo
 until it is used.
 """
 
+from countlens.core.capture import Capture, CaptureMeta, open_capture  # noqa: F401
 from countlens.core.options import option_value, with_options  # noqa: F401
-from countlens.core.store import ActivationWriter, acts_array, capture_meta, load_capture, read_meta  # noqa: F401
+from countlens.core.store import ActivationWriter, acts_array, load_capture, read_meta  # noqa: F401
 from countlens.llm.answers import parse_answer  # noqa: F401
 from countlens.llm.capture.experiment import (  # noqa: F401
     ACTS_DTYPES,
@@ -30,7 +31,14 @@ from countlens.llm.capture.residuals import BoundaryCapture, find_blocks  # noqa
 from countlens.llm.heads.experiment import HeadsConfig, HeadsResult, plan_heads, run_heads  # noqa: F401
 from countlens.llm.lens.experiment import LensConfig, LensResult, run_lens  # noqa: F401
 from countlens.llm.models import ModelSpec, load_model, resolve_model  # noqa: F401
-from countlens.llm.patching.edits import BoundaryEdit  # noqa: F401
+from countlens.llm.patching.edits import (  # noqa: F401
+    BoundaryEdit,
+    Patch,
+    PositionPatcher,
+    Setter,
+    expected_count,
+    logit_difference,
+)
 from countlens.llm.patching.experiment import (  # noqa: F401
     PatchingConfig,
     PatchingResult,
@@ -50,3 +58,15 @@ from countlens.llm.steering.experiment import (  # noqa: F401
     probe_direction,
     run_steering,
 )
+
+__all__ = [
+    "Capture", "CaptureMeta", "open_capture", "option_value", "with_options", "ActivationWriter", "acts_array",
+    "load_capture", "read_meta", "parse_answer", "ACTS_DTYPES", "PADDING_SIDES", "SHARD_ROWS", "CaptureConfig",
+    "CapturePlan", "CaptureResult", "capture_is_whole", "capture_runner", "find_pairs", "plan_capture",
+    "preflight_capture", "random_init_model", "run_capture", "BoundaryCapture", "find_blocks", "HeadsConfig",
+    "HeadsResult", "plan_heads", "run_heads", "LensConfig", "LensResult", "run_lens", "ModelSpec", "load_model",
+    "resolve_model", "BoundaryEdit", "Patch", "PositionPatcher", "Setter", "expected_count", "logit_difference",
+    "PatchingConfig", "PatchingResult", "boundary_vectors", "run_patching", "PositionPatchingConfig",
+    "PositionPatchingResult", "run_position_patching", "Prompt", "PromptSettings", "build_prompts",
+    "SteeringConfig", "SteeringResult", "capture_model", "probe_direction", "run_steering",
+]

@@ -8,11 +8,15 @@ its output (``"post"``). :data:`SITES` names the kinds of site; each turns an in
   location 0 is the input of block 0 (``embed``; TransformerLens ``blocks.0.hook_resid_pre``), location
   ``l >= 1`` the raw output of block ``l - 1`` (``blocks.{l-1}.hook_resid_post``, before any final norm);
 - ``resid_mid``, the residual stream between a block's attention and its MLP: no Hugging Face module
-  outputs it, so only the TransformerLens backend reads it.
+  outputs it, so only the TransformerLens backend reads it;
+- ``attn_z:{architecture}``, the input of each block's attention output projection (the heads' outputs side
+  by side, :data:`ATTENTION_OUTPUTS`), and ``attn_pattern:{architecture}``, the attention weights its parent
+  module returns under eager attention (the second item of its output).
 
-A new kind of site (the input of each attention output projection, the final norm) is a new row of the
-table. :class:`HookSet` registers hooks on sites and removes every one it registered on exit and on any
-failure, a failure partway through registering included.
+A new kind of site (a block's attention or MLP output, the final norm) is a new row of the table; every hook
+countlens installs — a capture's read, a patch's write (:class:`countlens.llm.patching.edits.Setter`), a
+head's attention weights — goes through it. :class:`HookSet` registers hooks on sites and removes every one
+it registered on exit and on any failure, a failure partway through registering included.
 """
 
 from __future__ import annotations
@@ -32,12 +36,14 @@ HookFn = Callable[[Any], Any]
 class HookSite:
     """One place to hook: ``module`` inside decoder block ``block`` (``""``: the block itself; ``None``: no
     Hugging Face module has it), hooked on its input (``"pre"``) or output (``"post"``); ``tl_name`` is the
-    TransformerLens hook point of the same place."""
+    TransformerLens hook point of the same place; ``item``: the item of a tuple the hook sees (0: the hidden
+    states; the attention weights are item 1 of an attention module's output)."""
 
     block: int
     module: str | None
     when: str
     tl_name: str
+    item: int = 0  # which item of a tuple output (or of the positional inputs) the hook sees and may replace
 
     def module_of(self, blocks) -> Any:
         """The ``nn.Module`` of this site among the decoder ``blocks``."""
@@ -95,9 +101,18 @@ def _attn_z(module: str) -> Callable[[int], HookSite]:
     return at
 
 
-# one kind of site per architecture: ``attn_z:{model_type}``, index = block
-SITES.update({f"attn_z:{arch}": Site(f"attn_z:{arch}", lambda n_blocks: n_blocks, _attn_z(module))
-              for arch, module in ATTENTION_OUTPUTS.items()})
+def _attn_pattern(module: str) -> Callable[[int], HookSite]:
+    parent = module.rsplit(".", 1)[0]  # the projection's parent: the block's attention, returning (output, weights)
+
+    def at(block: int) -> HookSite:
+        return HookSite(block, parent, "post", f"blocks.{block}.attn.hook_pattern", item=1)
+    return at
+
+
+# two kinds of site per architecture: ``attn_z:{model_type}`` and ``attn_pattern:{model_type}``, index = block
+for _arch, _module in ATTENTION_OUTPUTS.items():
+    SITES[f"attn_z:{_arch}"] = Site(f"attn_z:{_arch}", lambda n_blocks: n_blocks, _attn_z(_module))
+    SITES[f"attn_pattern:{_arch}"] = Site(f"attn_pattern:{_arch}", lambda n_blocks: n_blocks, _attn_pattern(_module))
 
 
 def attention_output_site(model_type: str) -> str:
@@ -111,6 +126,13 @@ def attention_output_site(model_type: str) -> str:
                           + "; choose another {model}, or add its module path to "
                             "countlens.llm.hooks.ATTENTION_OUTPUTS")
     return kind
+
+
+def attention_pattern_site(model_type: str) -> str:
+    """The :data:`SITES` kind of the attention weights (B, H, T, T) of architecture ``model_type`` (the item
+    its attention module returns beside its output under eager attention); ``ConfigError("model")`` as
+    :func:`attention_output_site`."""
+    return "attn_pattern:" + attention_output_site(model_type).split(":", 1)[1]
 
 
 def hook_sites(indices: Sequence[int], n_blocks: int, site: str = "resid") -> list[HookSite]:
@@ -136,24 +158,28 @@ def residual_locations(spec: str | int | None, n_blocks: int) -> list[int]:
         raise ConfigError("locations", "{locations}: " + literal(str(exc))) from None
 
 
-def _pre(fn: HookFn):
+def _pre(fn: HookFn, item: int = 0):
     def hook(module, args, kwargs):
-        new = fn(args[0] if args else kwargs["hidden_states"])
+        new = fn(args[item] if len(args) > item else kwargs["hidden_states"])
         if new is None:
             return None
-        if args:
-            return (new, *args[1:]), kwargs
+        if len(args) > item:
+            return (*args[:item], new, *args[item + 1:]), kwargs
         return args, {**kwargs, "hidden_states": new}
     return hook
 
 
-def _post(fn: HookFn):
+def _post(fn: HookFn, item: int = 0):
     def hook(module, args, output):
         tupled = isinstance(output, (tuple, list))
-        new = fn(output[0] if tupled else output)
+        if tupled:
+            seen = output[item] if len(output) > item else None
+        else:
+            seen = output if item == 0 else None  # an output without the item: the hook sees None
+        new = fn(seen)
         if new is None:
             return None
-        return (new, *output[1:]) if tupled else new
+        return (*output[:item], new, *output[item + 1:]) if tupled else new
     return hook
 
 
@@ -174,9 +200,9 @@ class HookSet:
         """Hook ``fn`` on ``site``: it gets the hidden states the site sees and returns new ones or ``None``."""
         module = site.module_of(self.blocks)
         if site.when == "pre":
-            handle = module.register_forward_pre_hook(_pre(fn), with_kwargs=True)
+            handle = module.register_forward_pre_hook(_pre(fn, site.item), with_kwargs=True)
         else:
-            handle = module.register_forward_hook(_post(fn))
+            handle = module.register_forward_hook(_post(fn, site.item))
         self._handles.append(handle)
 
     def attach(self, hooks: Iterable[tuple[HookSite, HookFn]]) -> HookSet:
@@ -201,4 +227,5 @@ class HookSet:
         self.remove()
 
 
-__all__ = ["HookSite", "Site", "SITES", "hook_sites", "residual_locations", "HookSet"]
+__all__ = ["HookSite", "Site", "SITES", "ATTENTION_OUTPUTS", "attention_output_site", "attention_pattern_site",
+           "hook_sites", "residual_locations", "HookSet"]

@@ -18,10 +18,12 @@ user's message must be the same for every prompt. A model without a chat templat
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
 from countlens.core.errors import ConfigError, UsageError, literal
+from countlens.core.fields import AtLeast, Ints, OneOf, check_fields
 
 # (target, distractor): common English words, one token each (with a leading space) in GPT-2, Llama-3,
 # Qwen2 and SmolLM2 vocabularies.
@@ -59,19 +61,19 @@ class PromptSettings:
     seeds: list[int] = field(default_factory=lambda: list(DEFAULT_SEEDS))
     template: str = "chat"
 
+    FIELDS: ClassVar[dict] = {"L": AtLeast(1), "counts": Ints(minimum=0, distinct=True), "per_count": AtLeast(1),
+                              "seeds": Ints(), "template": OneOf(TEMPLATES)}
+
+    def __post_init__(self) -> None:
+        self.validate()
+
     def validate(self) -> PromptSettings:
-        """Raise :class:`ConfigError` naming the field of settings that cannot make a prompt set."""
-        if self.L < 1:
-            raise ConfigError("L", f"{{L}} must be >= 1, got {self.L}")
-        if not self.counts:
-            raise ConfigError("counts", "{counts} must not be empty")
-        if min(self.counts) < 0 or max(self.counts) > self.L:
+        """Raise :class:`ConfigError` naming the field of settings that cannot make a prompt set (reads no
+        file); runs when the settings are built."""
+        check_fields(self, self.FIELDS)
+        if max(self.counts) > self.L:
             raise ConfigError("counts", f"{{counts}} must lie in 0..{self.L} (at most {{L}}), got "
                                         f"{min(self.counts)}..{max(self.counts)}", also=("L",))
-        if len(set(self.counts)) != len(self.counts):
-            raise ConfigError("counts", "{counts} holds a repeated count; list each count once")
-        if self.per_count < 1:
-            raise ConfigError("per_count", f"{{per_count}} must be >= 1, got {self.per_count}")
         if not self.pairs:
             raise ConfigError("pairs", "{pairs} must name at least one target/distractor pair")
         for pair in self.pairs:
@@ -82,10 +84,6 @@ class PromptSettings:
         if unknown or not self.configs:
             raise ConfigError("configs", f"{{configs}} must be among {', '.join(CONFIGURATIONS)}, got "
                                          + literal(", ".join(unknown) or "none"))
-        if not self.seeds:
-            raise ConfigError("seeds", "{seeds} must not be empty")
-        if self.template not in TEMPLATES:
-            raise ConfigError("template", '{template} must be "chat" or "plain", got ' + literal(repr(self.template)))
         return self
 
     def to_dict(self) -> dict:
@@ -282,7 +280,6 @@ def build_prompts(tokenizer, settings: PromptSettings) -> list[Prompt]:
     Raises :class:`ConfigError` (``pairs`` or ``template``) otherwise, naming the default pairs that do
     work for a pair that does not.
     """
-    settings.validate()
     for pair in settings.pairs:
         problem = pair_problem(tokenizer, pair, settings.configs, settings.template)
         if problem:

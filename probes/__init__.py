@@ -12,21 +12,11 @@ item, split by prompt with :func:`split_groups`). Figures and report views live 
 matplotlib).
 """
 
+from countlens.probes.behaviour import Behaviour, counting_capacity  # noqa: F401
 from countlens.probes.classifier import classifier_grid, fit_classifier_probe  # noqa: F401
-from countlens.probes.experiments import (  # noqa: F401
-    DEFAULT_SWEEP_ALPHAS,
-    Behaviour,
-    ProbeConfig,
-    ProbeData,
-    ProbeResult,
-    SweepConfig,
-    SweepResult,
-    counting_capacity,
-    load_probe_data,
-    run_probes,
-    run_sweep,
-)
+from countlens.probes.data import ProbeData, load_probe_data  # noqa: F401
 from countlens.probes.metrics import binned_accuracy, count_bins, mae, native_norm, r2, rounded_accuracy  # noqa: F401
+from countlens.probes.probe import SELECTION, ProbeConfig, ProbeResult, run_probes  # noqa: F401
 from countlens.probes.ridge import (  # noqa: F401
     DEFAULT_ALPHAS,
     RidgePath,
@@ -36,6 +26,17 @@ from countlens.probes.ridge import (  # noqa: F401
     penalty_unit,
     ridge_path,
     select_alpha,
+    standardisation,
 )
 from countlens.probes.running import RunningCountResult, load_item_data, run_running_count  # noqa: F401
 from countlens.probes.splits import DEFAULT_FRACTIONS, split_groups, split_rows  # noqa: F401
+from countlens.probes.sweep import DEFAULT_SWEEP_ALPHAS, SweepConfig, SweepResult, run_sweep  # noqa: F401
+
+__all__ = [
+    "Behaviour", "counting_capacity", "classifier_grid", "fit_classifier_probe", "ProbeData", "load_probe_data",
+    "binned_accuracy", "count_bins", "mae", "native_norm", "r2", "rounded_accuracy", "SELECTION", "ProbeConfig",
+    "ProbeResult", "run_probes", "DEFAULT_ALPHAS", "RidgePath", "RidgePathProbe", "RidgeProbe", "native_ridge_path",
+    "penalty_unit", "ridge_path", "select_alpha", "standardisation", "RunningCountResult", "load_item_data",
+    "run_running_count", "DEFAULT_FRACTIONS", "split_groups", "split_rows", "DEFAULT_SWEEP_ALPHAS", "SweepConfig",
+    "SweepResult", "run_sweep",
+]

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from countlens.core.args import HelpFormatter, parse_float_list, parse_int_list
-from countlens.core.errors import UsageError, about
+from countlens.core.args import HelpFormatter, add_common_options, parse_float_list, parse_int_list
+from countlens.core.errors import ConfigError, UsageError, about, literal
 from countlens.core.io import read_json
 
 _RUN_DESCRIPTION = """\
@@ -43,41 +43,25 @@ def _alphas(text: str | None, default) -> tuple[float, ...]:
     if text is None:
         return tuple(default)
     text = str(text).strip()
+    if ":" not in text:
+        return tuple(parse_float_list(text, "alphas"))
     try:
-        if ":" in text:
-            lo, hi, k = text.split(":")
-            lo, hi, k = float(lo), float(hi), int(k)
-            if not (lo > 0 and hi > 0 and k >= 1):
-                raise UsageError(f"--alphas {text!r}: a log grid lo:hi:count needs lo, hi > 0 and count >= 1 "
-                                 "(add 0 with a comma list like 0,1e-3,1)")
-            return tuple(np.logspace(np.log10(lo), np.log10(hi), k).tolist())
-        values = tuple(float(v) for v in text.split(",") if v.strip())
+        lo, hi, k = text.split(":")
+        lo, hi, k = float(lo), float(hi), int(k)
     except ValueError:
-        raise UsageError(f"--alphas must be lo:hi:count (log grid) or a comma list, got {text!r}") from None
-    if not values:
-        raise UsageError("--alphas must not be empty")
-    return values
-
-
-def _split(text: str) -> tuple[float, float, float]:
-    try:
-        parts = tuple(float(v) for v in str(text).split(","))
-    except ValueError:
-        parts = ()
-    if len(parts) != 3:
-        raise UsageError(f"--split must be three fractions like 0.6,0.2,0.2, got {text!r}")
-    return parts
+        raise ConfigError("alphas", "{alphas} must be lo:hi:count (log grid) or a comma list, got "
+                                    + literal(repr(text))) from None
+    if not (lo > 0 and hi > 0 and k >= 1):
+        raise ConfigError("alphas", "{alphas} " + literal(repr(text)) + ": a log grid lo:hi:count needs lo, hi > 0 "
+                                    "and count >= 1 (add 0 with a comma list like 0,1e-3,1)")
+    return tuple(np.logspace(np.log10(lo), np.log10(hi), k).tolist())
 
 
 def register(subparsers) -> None:
-    from countlens.probes.experiments import (
-        DEFAULT_BLAS_THREADS,
-        DEFAULT_POSITION_BUCKETS,
-        DEFAULT_SEEDS,
-        DEFAULT_SWEEP_ALPHA_GRID,
-    )
+    from countlens.probes.probe import DEFAULT_BLAS_THREADS, DEFAULT_POSITION_BUCKETS, DEFAULT_SEEDS
     from countlens.probes.ridge import DEFAULT_ALPHA_GRID
     from countlens.probes.splits import DEFAULT_FRACTIONS
+    from countlens.probes.sweep import DEFAULT_SWEEP_ALPHA_GRID
 
     seeds_text = ",".join(map(str, DEFAULT_SEEDS))
     split_text = ",".join(f"{f:g}" for f in DEFAULT_FRACTIONS)
@@ -91,8 +75,8 @@ def register(subparsers) -> None:
     # Shared flags use SUPPRESS in the subcommands so `probe --acts X sweep ...` keeps X.
     required = parser.add_argument_group("required")
     required.add_argument("--acts", metavar="DIR",
-                          help="activation folder (from `countlens llm capture` or `probe toy-acts`)")
-    required.add_argument("--out", metavar="DIR", help="output folder")
+                          help="activation folder (from `countlens llm capture` or `probe toy-acts`; required)")
+    required.add_argument("--out", metavar="DIR", help="output folder (required)")
     parser.add_argument("--locations", default=None,
                         help="names or indices, comma-separated, or a range like 0:10 (default: all)")
     parser.add_argument("--alphas", default=None,
@@ -119,6 +103,7 @@ def register(subparsers) -> None:
     parser.add_argument("--position-buckets", dest="position_buckets", type=int, default=DEFAULT_POSITION_BUCKETS,
                         help="with --target running_count: buckets of relative position in the list, "
                              "item k / (n + m)")
+    add_common_options(parser, "quiet")
     parser.set_defaults(func=cmd_probe)
     sub = parser.add_subparsers(dest="probe_command", metavar="{sweep,toy-acts,redraw}",
                                 parser_class=type(parser))
@@ -154,6 +139,7 @@ def register(subparsers) -> None:
     toy.add_argument("--out", default=argparse.SUPPRESS, metavar="DIR", help="output folder (required)")
     toy.add_argument("--L", type=int, default=None, help="maximum length (default: the file's L)")
     toy.add_argument("--seed", type=int, default=0, help="value of the seed column")
+    add_common_options(toy, "quiet", quiet=argparse.SUPPRESS)
     toy.set_defaults(func=cmd_toy_acts)
 
     redraw = sub.add_parser("redraw", help="redraw Figures 7/8/10 from probes.json, sweep.json or running_count.json, "
@@ -175,21 +161,22 @@ def _require(args, *names: str) -> None:
 
 
 def cmd_probe(args) -> int:
-    from countlens.probes.experiments import ProbeConfig, run_probes
     from countlens.probes.figures import draw_probes
+    from countlens.probes.probe import ProbeConfig, run_probes
     from countlens.probes.ridge import DEFAULT_ALPHAS
 
     _require(args, "acts", "out")
-    classifier_C = parse_float_list(args.classifier_C, "--classifier-C")
+    classifier_C = parse_float_list(args.classifier_C, "classifier_C")
     config = ProbeConfig(acts=args.acts, locations=args.locations, alphas=_alphas(args.alphas, DEFAULT_ALPHAS),
-                         seeds=parse_int_list(args.seeds, "--seeds"), fractions=_split(args.fractions),
+                         seeds=parse_int_list(args.seeds, "seeds"),
+                         fractions=parse_float_list(args.fractions, "fractions"),
                          standardize=args.standardize, classifier_C=classifier_C if args.classifier else None,
                          figure_locations=args.figure_locations, blas_threads=args.blas_threads or None,
                          target=args.target, position_buckets=args.position_buckets)
     out = Path(args.out)
     if config.target == "running_count":
-        return _running_count(config, out)
-    result = run_probes(config, resume_dir=out / "partial", progress=True)
+        return _running_count(config, out, progress=not args.quiet)
+    result = run_probes(config, resume_dir=out / "partial", progress=not args.quiet)
     result.save(out)
     draw_probes(result, out)
     print(result.summary())
@@ -197,11 +184,11 @@ def cmd_probe(args) -> int:
     return 0
 
 
-def _running_count(config, out: Path) -> int:
+def _running_count(config, out: Path, progress: bool) -> int:
     from countlens.probes.figures import draw_running_count
     from countlens.probes.running import run_running_count
 
-    result = run_running_count(config, resume_dir=out / "partial-running", progress=True)
+    result = run_running_count(config, resume_dir=out / "partial-running", progress=progress)
     result.save(out)
     draw_running_count(result, out)
     print(result.summary())
@@ -210,12 +197,13 @@ def _running_count(config, out: Path) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from countlens.probes.experiments import DEFAULT_SWEEP_ALPHAS, SweepConfig, run_sweep
     from countlens.probes.figures import draw_sweep
+    from countlens.probes.sweep import DEFAULT_SWEEP_ALPHAS, SweepConfig, run_sweep
 
     _require(args, "acts", "out")
     config = SweepConfig(acts=args.acts, location=args.location, alphas=_alphas(args.alphas, DEFAULT_SWEEP_ALPHAS),
-                         seeds=parse_int_list(args.seeds, "--seeds"), fractions=_split(args.fractions),
+                         seeds=parse_int_list(args.seeds, "seeds"),
+                         fractions=parse_float_list(args.fractions, "fractions"),
                          standardize=args.standardize, blas_threads=args.blas_threads or None)
     result = run_sweep(config)
     out = Path(args.out)
@@ -227,21 +215,21 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_toy_acts(args) -> int:
-    from countlens.toy.export import export_toy_activations
-    from countlens.toy.model import read_params
+    from countlens.toy import export_toy_activations, read_params
 
     _require(args, "out")
     with about("params"):
         file = read_params(read_json(args.params, "parameter file"), L=args.L)
     cfg = file.cfg
-    out = export_toy_activations(cfg, file.params, args.out, L=cfg.L, seed=args.seed, progress=True)
+    out = export_toy_activations(cfg, file.params, args.out, L=cfg.L, seed=args.seed, progress=not args.quiet)
     print(f"wrote toy representations ({cfg.variant}, d={cfg.d}, L={cfg.L}) to {out}")
     return 0
 
 
 def cmd_redraw(args) -> int:
-    from countlens.probes.experiments import ProbeResult, SweepResult
     from countlens.probes.figures import draw_probes, draw_sweep
+    from countlens.probes.probe import ProbeResult
+    from countlens.probes.sweep import SweepResult
 
     with about("result"):
         data = read_json(args.result, "result file")

@@ -16,8 +16,9 @@ from matplotlib.ticker import MaxNLocator, NullFormatter, ScalarFormatter
 from countlens.core.io import save_figure
 from countlens.core.locations import location_label
 from countlens.core.report import Page, Section, location_cell, table
-from countlens.probes.experiments import ProbeResult, SweepResult
+from countlens.probes.probe import ProbeResult
 from countlens.probes.running import RUNNING_TARGETS, TARGET_LABELS, RunningCountResult
+from countlens.probes.sweep import SweepResult
 
 # Figure 8's colour, defined where it is drawn (countlens.probes.penalty_unit).
 ALPHA_REL_LABEL = (r"$\log_{10}\,\alpha_{\mathrm{rel}}$, relative ridge coefficient" "\n"
@@ -107,7 +108,7 @@ def _nan(value) -> float:
 
 
 def capacity_text(behaviour) -> str:
-    """The counting capacity in words (:data:`countlens.probes.experiments.CAPACITY_DEFINITION`)."""
+    """The counting capacity in words (:data:`countlens.probes.behaviour.CAPACITY_DEFINITION`)."""
     def one(value):
         if value is not None:
             return f"n ≤ {value}"

@@ -1,5 +1,5 @@
 """Running-count probes (Figure 10): does the residual at item k carry the count so far, or nothing yet?
-:class:`~countlens.probes.experiments.ProbeConfig` with ``target="running_count"`` →
+:class:`~countlens.probes.probe.ProbeConfig` with ``target="running_count"`` →
 :func:`run_running_count` → :class:`RunningCountResult`. The protocol is docs/definitions.md §2, "Probes",
 on the rows of an items capture (``countlens llm capture --positions items``).
 
@@ -31,18 +31,20 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
 
-from countlens.core.cache import ResultCache
+from countlens.core.cache import CACHE_FOLDER, ResultCache
+from countlens.core.capture import Capture, CaptureMeta, open_capture
 from countlens.core.errors import ConfigError, about, literal
 from countlens.core.locations import location_label, resolve_locations
+from countlens.core.registry import Experiment, declare
 from countlens.core.results import Result, result_provenance
-from countlens.core.store import acts_array, capture_meta, column, load_capture
 from countlens.core.threads import blas_threads
-from countlens.probes.experiments import SELECTION, ProbeConfig
 from countlens.probes.metrics import control_labels, mae, native_norm, r2, rounded_accuracy
+from countlens.probes.probe import SELECTION, ProbeConfig, seed_stat
 from countlens.probes.ridge import RidgePathProbe
 from countlens.probes.splits import split_groups
 
@@ -66,14 +68,14 @@ class ItemData:
     """
 
     acts_dir: str
-    meta: dict[str, Any]
+    meta: CaptureMeta
     locations: list[str]
     prompt_id: np.ndarray  # (rows,)
     item_index: np.ndarray  # (rows,) -1 on boundary rows
     running_count: np.ndarray  # (rows,) float64
     n: np.ndarray  # (rows,) float64
     m: np.ndarray  # (rows,) float64
-    ds: Any = None  # the datasets.Dataset the activations are read from (None: ``acts`` in memory)
+    capture: Capture | None = None  # the capture the activations are read from (None: ``acts`` in memory)
     acts: np.ndarray | None = None  # (rows, n_locations, d), for data built in memory
 
     def X(self, index: int) -> np.ndarray:
@@ -82,7 +84,7 @@ class ItemData:
         if self.acts is not None:
             X = np.asarray(self.acts[:, index, :], dtype=np.float64)
         else:
-            X = acts_array(self.ds, location=index, dtype=np.float64)
+            X = self.capture.acts(index)
         if not np.all(np.isfinite(X)):
             raise ConfigError("acts", f"{literal(self.acts_dir)}: activations hold NaN or inf at location "
                                       f"{index}; recapture them in float32")
@@ -102,28 +104,29 @@ class ItemData:
         return np.minimum(out, int(count))
 
 
-def load_item_data(acts_dir: str | os.PathLike) -> ItemData:
-    """The rows of an items capture for the running-count probes. :class:`ConfigError` about ``target``
-    for a capture without item rows (a boundary capture), about ``acts`` for one without counts."""
-    ds = load_capture(acts_dir)
-    meta = capture_meta(ds)
-    missing = [c for c in ("acts", "n", "m") if c not in ds.column_names]
+def load_item_data(acts: str | os.PathLike | Capture) -> ItemData:
+    """The rows of an items capture (a folder or an opened :class:`~countlens.core.capture.Capture`) for the
+    running-count probes. :class:`ConfigError` about ``target`` for a capture without item rows (a boundary
+    capture), about ``acts`` for one without counts."""
+    capture = open_capture(acts)
+    acts_dir = capture.folder
+    missing = [c for c in ("acts", "n", "m") if c not in capture.columns]
     if missing:
         raise ConfigError("acts", f"{{acts}} {literal(acts_dir)} has no {literal(', '.join(missing))} column; "
                                   "probes need a capture made by `countlens llm capture`")
-    if not all(c in ds.column_names for c in ITEM_COLUMNS):
+    if not all(c in capture.columns for c in ITEM_COLUMNS):
         raise ConfigError("target", f"{{target}} running_count needs an items capture (one row per item: "
                                     f"`countlens llm capture --positions items`); {{acts}} {literal(acts_dir)} holds "
                                     "boundary rows only", also=("acts",))
-    item_index = column(ds, "item_index").astype(np.int64)
+    item_index = capture.column("item_index").astype(np.int64)
     if not np.any(item_index >= 0):
         raise ConfigError("target", f"{{target}} running_count: {{acts}} {literal(acts_dir)} holds no item rows "
                                     "(every prompt has 0 items); capture counts or distractors above 0",
                           also=("acts",))
-    locations = list(meta.get("locations") or [])
-    return ItemData(str(acts_dir), meta, locations, column(ds, "prompt_id").astype(np.int64), item_index,
-                    column(ds, "running_count").astype(np.float64), column(ds, "n").astype(np.float64),
-                    column(ds, "m").astype(np.float64), ds=ds)
+    return ItemData(str(acts_dir), capture.meta, list(capture.meta.locations),
+                    capture.column("prompt_id").astype(np.int64), item_index,
+                    capture.column("running_count").astype(np.float64), capture.counts().astype(np.float64),
+                    capture.column("m").astype(np.float64), capture=capture)
 
 
 # ----------------------------------------------------------------------------------------------- result
@@ -156,12 +159,9 @@ class RunningCell:
     fits: list[CellFit]
 
     def stat(self, key: str) -> tuple[float, float, float]:
-        """Mean, min and max of a :class:`CellFit` field over seeds (NaN without fits)."""
-        values = np.array([np.nan if getattr(f, key) is None else getattr(f, key) for f in self.fits],
-                          dtype=np.float64)
-        if not len(values) or not np.any(np.isfinite(values)):
-            return (np.nan, np.nan, np.nan)
-        return float(np.nanmean(values)), float(np.nanmin(values)), float(np.nanmax(values))
+        """Mean, min and max of a :class:`CellFit` field over seeds (:func:`~countlens.probes.probe.seed_stat`:
+        the seeds with a value; NaN without any)."""
+        return seed_stat(self.fits, key)
 
 
 @dataclass
@@ -396,7 +396,7 @@ def run_running_count(config: ProbeConfig, data: ItemData | None = None, *,
                              "seed": config.control_seed} if config.control else None),
                 "baselines": "majority: the most frequent training label of the bucket, scored on its test rows; "
                              "constant: the training mean's test R²"}
-    data_key = {"settings": data.meta.get("settings"), "rows": len(data.n), "n_sum": float(data.n.sum()),
+    data_key = {"settings": data.meta.settings or None, "rows": len(data.n), "n_sum": float(data.n.sum()),
                 "running_sum": float(data.running_count.sum()), "locations": list(data.locations)}
     run_key = {**{k: v for k, v in protocol.items() if k not in ("acts", "locations", "blas_threads")},
                "data": data_key}
@@ -421,10 +421,20 @@ def run_running_count(config: ProbeConfig, data: ItemData | None = None, *,
                                         for c in saved["cells"]]))
     cache.clear()
     counts = np.unique(data.n).astype(int)
-    source = {"model": data.meta.get("model"), "L": data.meta.get("L"), "rows": int(len(data.n)),
+    source = {"model": data.meta.model_id, "L": data.meta.L, "rows": int(len(data.n)),
               "item_rows": int(np.sum(data.item_index >= 0)), "prompts": int(len(np.unique(data.prompt_id))),
-              "d": data.meta.get("d"), "n_locations": len(data.locations), "count_min": int(counts.min()), "count_max": int(counts.max())}
+              "d": data.meta.d, "n_locations": len(data.locations), "count_min": int(counts.min()), "count_max": int(counts.max())}
     return RunningCountResult(protocol, source, alphas.tolist(), buckets, results, result_provenance(config))
+
+
+
+declare(Experiment(
+    "probe-running", "Figure 10: the count at every item", ProbeConfig, run_running_count, RunningCountResult,
+    order=180, figure="countlens.probes.figures:draw_running_count", plot="countlens.probes.figures:plot_running_count", view="countlens.probes.figures:running_count_view", reads={"acts": "capture-items"},
+    presets={"quick": partial(ProbeConfig, target="running_count"),
+             "full": partial(ProbeConfig, target="running_count"),
+             "test": partial(ProbeConfig, target="running_count", position_buckets=4, seeds=(0,))},
+    places={"resume_dir": CACHE_FOLDER}, options={"progress": True}, study="where"))
 
 
 __all__ = ["RUNNING_TARGETS", "TARGET_LABELS", "ITEM_COLUMNS", "ItemData", "load_item_data", "CellFit", "RunningCell",

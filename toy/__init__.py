@@ -54,6 +54,7 @@ from countlens.toy.experiments import (
     run_table2,
     run_table3,
 )
+from countlens.toy.experiments.construct import COMPARE_CONSTRUCTIONS
 from countlens.toy.model import VARIANTS, ParamsFile, ToyConfig, ToyParams, read_params
 from countlens.toy.train import TrainConfig, TrainResult, train
 
@@ -68,7 +69,8 @@ __all__ = [
     "Figure2Config", "Figure2Result", "run_figure2", "Figure3Config", "Figure4Config", "Figure3Result",
     "Figure4Result",
     "run_figure3", "run_figure4", "plot_figure1", "plot_figure2", "plot_figure3", "plot_figure4",
-    "draw_figure1", "draw_figure2", "draw_figure3", "draw_figure4",
+    "draw_figure1", "draw_figure2", "draw_figure3", "draw_figure4", "export_toy_activations",
+    "COMPARE_CONSTRUCTIONS",
 ]
 _FIGURES = ("plot_figure1", "plot_figure2", "plot_figure3", "plot_figure4", "draw_figure1", "draw_figure2",
             "draw_figure3", "draw_figure4")
@@ -80,4 +82,8 @@ def __getattr__(name: str):
         from countlens.toy import figures
 
         return getattr(figures, name)
+    if name == "export_toy_activations":  # brings the activation store (datasets), which the toy itself never needs
+        from countlens.toy.export import export_toy_activations
+
+        return export_toy_activations
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,10 +14,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from countlens.core.args import HelpFormatter, parse_float_list, parse_int_list, positive_int
+from countlens.core.args import (
+    HelpFormatter,
+    add_common_options,
+    parse_float_list,
+    parse_int_list,
+    positive_int,
+)
 from countlens.core.cache import ResultCache
 from countlens.core.errors import UsageError
-from countlens.core.threads import TOY_THREADS, torch_threads
+from countlens.core.fields import AtLeast
+from countlens.core.threads import TOY_THREADS, blas_threads, torch_threads
 from countlens.toy import experiments as ex
 from countlens.toy.domain_loss import LOSSES
 from countlens.toy.model import READOUTS, VARIANTS, ToyConfig
@@ -34,12 +41,12 @@ def _sizes(cls: Any, args: argparse.Namespace) -> Any:
     return cls.paper if getattr(args, "full", False) else cls
 
 
-def _ints(text: str | None, flag: str) -> tuple[int, ...] | None:
-    return None if text is None else tuple(parse_int_list(text, flag))
+def _ints(text: str | None, field: str) -> tuple[int, ...] | None:
+    return None if text is None else tuple(parse_int_list(text, field))
 
 
-def _floats(text: str | None, flag: str) -> tuple[float, ...] | None:
-    return None if text is None else tuple(parse_float_list(text, flag))
+def _floats(text: str | None, field: str) -> tuple[float, ...] | None:
+    return None if text is None else tuple(parse_float_list(text, field))
 
 
 def _shown(value: Any) -> str:
@@ -71,12 +78,13 @@ def _out_dir(text: str) -> Path:
 
 
 def _with_threads(func: Any) -> Any:
-    """Run a command with ``--threads`` torch intra-op threads (default :data:`countlens.core.threads.TOY_THREADS`),
-    restoring the previous count: the toy's tensors are small, so a second thread costs more in contention
-    than it gains (BENCHMARKS.md)."""
+    """Run a command with ``--threads`` torch intra-op and BLAS threads (default
+    :data:`countlens.core.threads.TOY_THREADS`), restoring the previous counts: the toy's tensors are small, so a
+    second thread costs more in contention than it gains (BENCHMARKS.md)."""
     @functools.wraps(func)
     def run(args: argparse.Namespace) -> Any:
-        with torch_threads(args.threads):
+        AtLeast(1)(args.threads, "threads")  # the check a config makes of its own threads (LensConfig's)
+        with torch_threads(args.threads), blas_threads(args.threads):
             return func(args)
 
     return run
@@ -108,9 +116,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_rates(args: argparse.Namespace) -> int:
-    config = _config(ex.RatesConfig, d=args.d, L=_ints(args.L, "--L"), variants=_names(args.variants),
+    config = _config(ex.RatesConfig, d=args.d, L=_ints(args.L, "L"), variants=_names(args.variants),
                      tau=args.tau)
-    result = ex.run_rates(config, progress=True)
+    result = ex.run_rates(config, progress=not args.quiet)
     if args.json:
         result.write(args.json)
     print(result.format())
@@ -118,7 +126,7 @@ def cmd_rates(args: argparse.Namespace) -> int:
 
 
 def cmd_lcap(args: argparse.Namespace) -> int:
-    result = ex.run_lcap(_config(ex.LcapConfig, d=_ints(args.d, "--d"), tau=args.tau), progress=True)
+    result = ex.run_lcap(_config(ex.LcapConfig, d=_ints(args.d, "d"), tau=args.tau), progress=not args.quiet)
     if args.json:
         result.write(args.json)
     print(result.format())
@@ -128,15 +136,15 @@ def cmd_lcap(args: argparse.Namespace) -> int:
 @_with_threads
 def cmd_table3(args: argparse.Namespace) -> int:
     make = ex.Table3Config.paper if args.attained_full else ex.Table3Config
-    config = _config(make, d=args.d, B=_floats(args.B, "--B"), tau=args.tau, attained=args.attained,
-                     attained_grid=_ints(args.attained_grid, "--attained-grid"),
-                     attained_seeds=_ints(args.attained_seeds, "--attained-seeds"), attained_steps=args.attained_steps,
+    config = _config(make, d=args.d, B=_floats(args.B, "B"), tau=args.tau, attained=args.attained,
+                     attained_grid=_ints(args.attained_grid, "attained_grid"),
+                     attained_seeds=_ints(args.attained_seeds, "attained_seeds"), attained_steps=args.attained_steps,
                      attained_loss=_names(args.attained_loss),
                      attained_parametrization=_names(args.attained_parametrization),
                      attained_working_set=args.attained_working_set,
                      attained_check_every=args.attained_check_every, attained_patience=args.attained_patience)
     cache = _cache_beside(args.json)
-    result = ex.run_table3(config, progress=True, cache=cache, workers=args.workers)
+    result = ex.run_table3(config, progress=not args.quiet, cache=cache, workers=args.workers)
     if args.json:
         result.write(args.json)
     cache.clear()
@@ -164,7 +172,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     out = Path(args.json)
     ckpt = Path(args.checkpoint) if args.checkpoint else out.parent / f".{out.name}.ckpt"
     try:
-        result = train(cfg, tcfg, checkpoint=ckpt, checkpoint_every=args.checkpoint_every, progress=True)
+        result = train(cfg, tcfg, checkpoint=ckpt, checkpoint_every=args.checkpoint_every, progress=not args.quiet)
     except TrainingDiverged as exc:
         where = f"; the last checkpoint, {ckpt}, resumes before it" if ckpt.exists() else ""
         print(f"countlens: error: {exc}; nothing written (lower --lr or set --cap){where}", file=sys.stderr)
@@ -181,10 +189,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 @_with_threads
 def cmd_table2(args: argparse.Namespace) -> int:
-    config = _config(_sizes(ex.Table2Config, args), d=_ints(args.d, "--d"), L=_ints(args.L, "--L"),
-                     seeds=_ints(args.seeds, "--seeds"), steps=args.steps, optimizer=args.optimizer, lr=args.lr)
+    config = _config(_sizes(ex.Table2Config, args), d=_ints(args.d, "d"), L=_ints(args.L, "L"),
+                     seeds=_ints(args.seeds, "seeds"), steps=args.steps, optimizer=args.optimizer, lr=args.lr)
     cache = _cache_beside(args.json)
-    result = ex.run_table2(config, progress=True, cache=cache, workers=args.workers)
+    result = ex.run_table2(config, progress=not args.quiet, cache=cache, workers=args.workers)
     result.write(args.json)
     cache.clear()
     print(result.format())
@@ -204,7 +212,7 @@ def _figure(args: argparse.Namespace, name: str, cls: Any, run: Any, **given: An
     out = _out_dir(args.out)
     config = _config(_sizes(cls, args), d=args.d, variant=args.variant, **given)
     cache = ResultCache(out / f".{name}.runs")
-    result = run(config, progress=True, cache=cache)
+    result = run(config, progress=not args.quiet, cache=cache)
     paths = draw(result, out)  # drawn first: a plotting failure leaves no result half-written
     saved = result.save(out)
     cache.clear()
@@ -215,14 +223,14 @@ def _figure(args: argparse.Namespace, name: str, cls: Any, run: Any, **given: An
 @_with_threads
 def cmd_figure2(args: argparse.Namespace) -> int:
     return _figure(args, "figure2", ex.Figure2Config, ex.run_figure2,
-                   L=_ints(args.L, "--L"), seeds=_ints(args.seeds, "--seeds"), steps=args.steps,
-                   B=_floats(args.B, "--B"), ce_scale=args.ce_scale, lr=args.lr, table3=args.table3)
+                   L=_ints(args.L, "L"), seeds=_ints(args.seeds, "seeds"), steps=args.steps,
+                   B=_floats(args.B, "B"), ce_scale=args.ce_scale, lr=args.lr, table3=args.table3)
 
 
 @_with_threads
 def cmd_figure3(args: argparse.Namespace) -> int:
     return _figure(args, "figure3", ex.Figure3Config, ex.run_figure3,
-                   L=args.L, seeds=_ints(args.seeds, "--seeds"), steps=args.steps, lr=args.lr)
+                   L=args.L, seeds=_ints(args.seeds, "seeds"), steps=args.steps, lr=args.lr)
 
 
 @_with_threads
@@ -250,8 +258,7 @@ def _add_workers(p, what: str) -> None:
 
 
 def _add_threads(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--threads", type=positive_int, default=TOY_THREADS,
-                   help="torch intra-op threads (the toy's tensors are small: more threads rarely help)")
+    add_common_options(p, "threads", threads=TOY_THREADS)
 
 
 def _add_tau_json(p: argparse.ArgumentParser, what: str, tau_help: str = "score scale (default: 1/sqrt(d))",
@@ -266,7 +273,7 @@ def _add_theory(sub: Any) -> None:
                 "n + m <= L. The JSON is a parameter file for `countlens toy check --params`, `probe toy` and\n"
                 "`compare --toy`.", cmd_construct)
     p.add_argument("--variant", required=True, help=f"one of the seven variants: {_VARIANT_LIST}")
-    p.add_argument("--d", type=positive_int, required=True, help="model dimension")
+    p.add_argument("--d", type=int, required=True, help="model dimension")
     p.add_argument("--L", type=int, required=True, help="maximum length: the domain is n, m >= 0, n + m <= L")
     _add_tau_json(p, "the parameters and their check")
 
@@ -280,24 +287,26 @@ def _add_theory(sub: Any) -> None:
     p = _parser(sub, "rates", "B_min(L) per variant and log-log slopes (Table 1)",
                 "Table 1, measured: the largest per-vector norm of each variant's checked construction on a\n"
                 "grid of L, the slope of log B_min against log L, and the claimed exponent beside it.", cmd_rates)
-    p.add_argument("--d", type=positive_int, default=ex.RatesConfig.d, help="model dimension")
+    p.add_argument("--d", type=int, default=ex.RatesConfig.d, help="model dimension")
     p.add_argument("--L", default=None, help=f"comma-separated lengths {_default(ex.RatesConfig, 'L', None)}; "
                                              f"the report uses {_shown(ex.RATES_L_REPORT)}")
     p.add_argument("--variants", default=None, help="comma-separated variants (default: all seven)")
     _add_tau_json(p, "the rates")
+    add_common_options(p, "quiet")
 
     p = _parser(sub, "lcap", "L_cap(d) of softmax-preln-bare, with the bound that makes it finite",
                 "Table 1's L_cap(d) of bare pre-LN, bracketed: the longest verified construction and the\n"
                 "shortest length no parameters of any norm can count, with the reason in words.", cmd_lcap)
     p.add_argument("--d", default=None, help=f"comma-separated dimensions {_default(ex.LcapConfig, 'd', None)}")
     _add_tau_json(p, "the result", tau_help="score scale (default: 1/sqrt(d) per d)")
+    add_common_options(p, "quiet")
 
     p = _parser(sub, "table3", "Table 3: L_max(B), constructed and (with --attained) trained under the cap",
                 "Table 3: the longest length each construction counts at per-vector cap B (checked), beside\n"
                 "the paper's values at d = 16; with --attained also the longest grid length that training\n"
                 "under the cap passes (a lower bound: the grid ends at its last length). Each finished cell\n"
                 "is kept beside --json, so an interrupted run resumes.", cmd_table3)
-    p.add_argument("--d", type=positive_int, default=ex.Table3Config.d, help="model dimension")
+    p.add_argument("--d", type=int, default=ex.Table3Config.d, help="model dimension")
     p.add_argument("--B", default=None, help=f"comma-separated caps {_default(ex.Table3Config, 'B', None)}")
     _add_tau_json(p, "the table", no_file="print only; no resume")
     g = p.add_argument_group("attained column (training under the cap)")
@@ -328,12 +337,13 @@ def _add_theory(sub: Any) -> None:
                         f"(0: never) {_default(ex.Table3Config, 'attained_patience', None)}")
     _add_workers(g, "the variants' attained columns")
     _add_threads(p)
+    add_common_options(p, "quiet")
 
     p = _parser(sub, "figure1", "Figure 1: boundary representations h(n, 0), four panels",
                 "Figure 1: h(n, 0) for n = 0..L of the checked constructions of linear, softmax, post-LN and\n"
                 "bare pre-LN (at min(L, L_cap(d))), each in the plane that best holds its points.", cmd_figure1)
     p.add_argument("--out", required=True, help="output folder (figure1.png, figure1.pdf, figure1.json)")
-    p.add_argument("--d", type=positive_int, default=ex.Figure1Config.d, help="model dimension")
+    p.add_argument("--d", type=int, default=ex.Figure1Config.d, help="model dimension")
     p.add_argument("--L", type=int, default=ex.Figure1Config.L, help="largest count n drawn")
 
 
@@ -344,7 +354,7 @@ def _add_train(sub: Any) -> None:
                 cmd_train)
     p.add_argument("--variant", required=True, choices=VARIANTS, help="the model variant")
     p.add_argument("--readout", default="regression", choices=READOUTS, help="the read-out head")
-    p.add_argument("--d", type=positive_int, default=16, help="model dimension")
+    p.add_argument("--d", type=int, default=16, help="model dimension")
     p.add_argument("--L", type=int, required=True, help="maximum length: the domain is n, m >= 0, n + m <= L")
     p.add_argument("--tau", type=float, default=None, help="score scale (default: 1/sqrt(d))")
     p.add_argument("--optimizer", default=TrainConfig.optimizer, help=f"one of {', '.join(OPTIMIZERS)}")
@@ -382,6 +392,7 @@ def _add_train(sub: Any) -> None:
     p.add_argument("--checkpoint-every", type=int, default=50, help="steps between checkpoints (0: only at the end)")
     p.add_argument("--json", required=True, help="output JSON")
     _add_threads(p)
+    add_common_options(p, "quiet")
 
     p = _parser(sub, "table2", "Table 2: trained softmax (no LN), exact accuracy and worst error",
                 "Table 2: train softmax without LN at each d and L for each seed; report test exact accuracy\n"
@@ -397,6 +408,7 @@ def _add_train(sub: Any) -> None:
     p.add_argument("--json", required=True, help="output JSON")
     _add_workers(p, "the runs")
     _add_threads(p)
+    add_common_options(p, "quiet")
 
 
 def _figure_parser(sub: Any, name: str, help: str, description: str, func: Any,
@@ -405,9 +417,10 @@ def _figure_parser(sub: Any, name: str, help: str, description: str, func: Any,
     p = _parser(sub, name, help, description, func)
     p.add_argument("--out", required=True, help=f"output folder ({name}.json, {name}.png, {name}.pdf)")
     p.add_argument("--variant", default=cls.variant, choices=VARIANTS, help="the model variant")
-    p.add_argument("--d", type=positive_int, default=cls.d, help="model dimension")
+    p.add_argument("--d", type=int, default=cls.d, help="model dimension")
     p.add_argument("--full", action="store_true", help="the paper's sizes (long: see BENCHMARKS.md)")
     _add_threads(p)
+    add_common_options(p, "quiet")
     return p
 
 

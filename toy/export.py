@@ -20,10 +20,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from countlens.core.capture import Capture
 from countlens.core.errors import ConfigError, UsageError
 from countlens.core.io import config_digest, provenance
 from countlens.core.pool import progress_bar
-from countlens.core.store import ActivationWriter, read_meta
+from countlens.core.store import ActivationWriter
 from countlens.toy.model import ToyConfig, ToyParams, attention_output, boundary_representation, full_domain
 
 LOCATIONS = ("attn_out", "h")
@@ -51,7 +52,7 @@ def export_toy_activations(cfg: ToyConfig, params: ToyParams, out_dir: str | os.
             "L": L, "variant": cfg.variant, "settings": settings, "params": param_dict,
             "provenance": provenance(settings)}
     writer = ActivationWriter(out_dir, meta)
-    if read_meta(out_dir).get("complete"):
+    if Capture.from_folder(out_dir).meta.complete:
         return out_dir
     n_all, m_all = full_domain(L)  # (P,), (P,)
     done = writer.finished_shards()

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from countlens.core.errors import ConfigError, UsageError
+from countlens.core.fields import AtLeast, OneOf, Positive, check_fields
 
 VARIANTS = (
     "linear",
@@ -56,20 +57,11 @@ class ToyConfig:
     eps: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.variant not in VARIANTS:
-            raise ConfigError("variant", f"{{variant}} must be one of {', '.join(VARIANTS)}; got {self.variant!r}")
-        if self.readout not in READOUTS:
-            raise ConfigError("readout", f"{{readout}} must be regression or classification, got {self.readout!r}")
-        if int(self.d) < 1:
-            raise ConfigError("d", f"{{d}} must be >= 1, got {self.d}")
-        if int(self.L) < 1:
-            raise ConfigError("L", f"{{L}} must be >= 1, got {self.L}")
+        check_fields(self, {"variant": OneOf(VARIANTS), "readout": OneOf(READOUTS), "d": AtLeast(1),
+                            "L": AtLeast(1), "eps": Positive(zero=True)})
         if self.tau is None:
             object.__setattr__(self, "tau", 1.0 / math.sqrt(self.d))
-        if not (self.tau > 0 and math.isfinite(self.tau)):
-            raise ConfigError("tau", f"{{tau}} must be a positive finite number, got {self.tau}")
-        if self.eps < 0:
-            raise ConfigError("eps", f"{{eps}} must be >= 0, got {self.eps}")
+        Positive()(self.tau, "tau")
 
     @property
     def attention(self) -> str:

@@ -62,6 +62,7 @@ import torch
 
 from countlens.core.cache import refuse_other_settings
 from countlens.core.errors import ConfigError, UsageError
+from countlens.core.fields import AtLeast, OneOf, Positive, check_fields
 from countlens.core.io import write_bytes_atomic
 from countlens.core.pool import progress_bar
 from countlens.core.results import Result, result_provenance
@@ -123,41 +124,21 @@ class TrainConfig:
     parametrization: str = "cartesian"
     patience: int = 0
 
+    FIELDS: ClassVar[dict] = {
+        "optimizer": OneOf(OPTIMIZERS), "steps": AtLeast(1), "batch_size": AtLeast(1), "log_every": AtLeast(1),
+        "ce_scale": Positive(), "init_scale": Positive(), "loss": OneOf(LOSSES), "beta": Positive(),
+        "working_set": AtLeast(0, " pairs (0: the IID train split)"), "grow": AtLeast(1, " pairs"),
+        "parametrization": OneOf(PARAMETRIZATIONS), "patience": AtLeast(0, " (0: never stop for it)")}
+
     def __post_init__(self) -> None:
-        if self.optimizer not in OPTIMIZERS:
-            raise ConfigError("optimizer", f"{{optimizer}} must be one of {', '.join(OPTIMIZERS)}; got {self.optimizer!r}")
-        if int(self.steps) <= 0:
-            raise ConfigError("steps", f"{{steps}} must be a positive integer, got {self.steps}")
+        check_fields(self, self.FIELDS)
         if self.cap is not None and not (math.isfinite(self.cap) and self.cap > 0):
             raise ConfigError("cap", f"{{cap}} must be a positive finite norm bound (no vector fits under {self.cap})")
         if self.lr is None:
             object.__setattr__(self, "lr", _DEFAULT_LR[self.optimizer])
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            raise ConfigError("lr", f"{{lr}} must be a positive finite number, got {self.lr}")
-        if int(self.batch_size) < 1:
-            raise ConfigError("batch_size", f"{{batch_size}} must be >= 1, got {self.batch_size}")
+        Positive()(self.lr, "lr")
         if not 0 < self.test_fraction < 1:
             raise ConfigError("test_fraction", f"{{test_fraction}} must lie strictly between 0 and 1, got {self.test_fraction}")
-        if int(self.log_every) < 1:
-            raise ConfigError("log_every", f"{{log_every}} must be >= 1, got {self.log_every}")
-        if not (math.isfinite(self.ce_scale) and self.ce_scale > 0):
-            raise ConfigError("ce_scale", f"{{ce_scale}} must be a positive finite number, got {self.ce_scale}")
-        if not (math.isfinite(self.init_scale) and self.init_scale > 0):
-            raise ConfigError("init_scale", f"{{init_scale}} must be a positive finite number, got {self.init_scale}")
-        if self.loss not in LOSSES:
-            raise ConfigError("loss", f"{{loss}} must be one of {', '.join(LOSSES)}; got {self.loss!r}")
-        if not (math.isfinite(self.beta) and self.beta > 0):
-            raise ConfigError("beta", f"{{beta}} must be a positive finite number, got {self.beta}")
-        if int(self.working_set) < 0:
-            raise ConfigError("working_set", f"{{working_set}} must be >= 0 pairs (0: the IID train split), got "
-                                             f"{self.working_set}")
-        if int(self.grow) < 1:
-            raise ConfigError("grow", f"{{grow}} must be >= 1 pairs, got {self.grow}")
-        if self.parametrization not in PARAMETRIZATIONS:
-            raise ConfigError("parametrization", f"{{parametrization}} must be one of "
-                                                 f"{', '.join(PARAMETRIZATIONS)}; got {self.parametrization!r}")
-        if int(self.patience) < 0:
-            raise ConfigError("patience", f"{{patience}} must be >= 0 (0: never stop for it), got {self.patience}")
         if self.working_set and self.optimizer == "adam-minibatch":
             raise ConfigError("working_set", "working-set training ({working_set}) takes a full-batch {optimizer} "
                                              "(lbfgs or adam)", also=("optimizer",))

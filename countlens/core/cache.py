@@ -18,6 +18,8 @@ from typing import Any
 from countlens.core.errors import ConfigError, UsageError, literal
 from countlens.core.io import config_digest, read_json, to_jsonable, write_json_atomic
 
+CACHE_FOLDER = ".cache"  # a stage's resume folder inside its own folder, removed once it is done
+
 
 def refuse_other_settings(folder: str | os.PathLike, what: str, recorded: Any, wanted: Any, field: str = "out",
                           fix: str = "choose another {field} folder or delete it") -> None:
@@ -82,4 +84,4 @@ class ResultCache:
             shutil.rmtree(self.folder, ignore_errors=True)
 
 
-__all__ = ["ResultCache", "refuse_other_settings"]
+__all__ = ["CACHE_FOLDER", "ResultCache", "refuse_other_settings"]

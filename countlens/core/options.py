@@ -67,7 +67,16 @@ def with_options(config: Any, **values: Any) -> Any:
 
 class ExperimentConfig:
     """Base of the llm room's experiment configs (dataclasses): settings set by name, nested ones included,
-    and the JSON document (nested configs as objects) that rebuilds the typed config."""
+    and the JSON document (nested configs as objects) that rebuilds the typed config. A config is checked
+    when it is built: ``__post_init__`` calls the subclass's ``validate()`` (its field rules,
+    :mod:`countlens.core.fields`, and the checks across fields; no file is read)."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self):
+        """Raise :class:`~countlens.core.errors.ConfigError` naming the field of a config that cannot run."""
+        return self
 
     def with_options(self, **values: Any):
         """A copy with the settings of ``values`` set by name (:func:`with_options`)."""

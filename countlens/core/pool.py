@@ -8,6 +8,7 @@ each ran Table 2 twice as slowly as one process).
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -54,4 +55,10 @@ def pool_map(func: Callable[..., Any], jobs: list[tuple[Any, ...]], workers: int
             return out
 
 
-__all__ = ["progress_bar", "pool_map"]
+def workers_for(jobs: int) -> int:
+    """Processes for ``jobs`` independent seeded jobs (Table 2's runs, Table 3's attained columns): one per
+    core, at most one per job."""
+    return max(1, min(int(jobs), os.cpu_count() or 1))
+
+
+__all__ = ["workers_for", "progress_bar", "pool_map"]

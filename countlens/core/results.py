@@ -46,6 +46,12 @@ def result_provenance(config: Any) -> dict[str, Any]:
     return provenance(config_record(config))
 
 
+def records_table(records: list[dict[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    """A CSV table (header, rows) of records sharing their keys: the first record's keys, a row per record."""
+    header = list(records[0]) if records else []
+    return header, [[r[k] for k in header] for r in records]
+
+
 class Result:
     """Base of every result dataclass (see the module docstring). Subclasses set ``FILE`` and ``COMMAND``
     and may override :meth:`tables` (CSV files beside the JSON) and :meth:`to_dict` (derived keys)."""
@@ -68,18 +74,28 @@ class Result:
         except (KeyError, TypeError, ValueError) as exc:
             raise UsageError(f"not a {cls.FILE} written by `{cls.COMMAND}` ({exc})") from None
 
+    RECORDS: ClassVar[dict[str, str]] = {}  # CSV file name -> the field holding its records (:func:`records_table`)
+
     def tables(self) -> dict[str, tuple[list[str], list[list[Any]]]]:
-        """CSV files written beside the JSON: ``{file name: (header, rows)}``."""
-        return {}
+        """CSV files written beside the JSON: ``{file name: (header, rows)}``; by default one per
+        :attr:`RECORDS` entry."""
+        return {name: records_table(getattr(self, key)) for name, key in self.RECORDS.items()}
 
     @classmethod
     def file_names(cls) -> tuple[str, ...]:
         """The files :meth:`save` always writes (the JSON first)."""
-        return (cls.FILE,)
+        return (cls.FILE, *cls.RECORDS)
 
     def write(self, path: str | os.PathLike) -> Path:
         """Write the JSON document alone to ``path`` (atomically)."""
         return write_json_atomic(path, self.to_dict())
+
+    def plot(self):
+        """The experiment's main figure of this result, drawn from the result alone (a matplotlib figure; the
+        plot function its experiment declares)."""
+        from countlens.core.registry import plot_of
+
+        return plot_of(type(self))(self)
 
     def save(self, folder: str | os.PathLike) -> list[Path]:
         """Write ``folder/FILE`` and the :meth:`tables` atomically; return the paths written."""

@@ -41,12 +41,12 @@ A capture of every item position (``llm capture --positions items``) holds one r
 
 Each shard is written to a temporary folder and renamed into place, so a shard either exists whole or not
 at all; an interrupted run resumes from the shards present. :func:`load_capture` returns the whole capture
-as one ``datasets.Dataset`` (memory-mapped), whatever the shard layout.
+as one ``datasets.Dataset`` (memory-mapped), whatever the shard layout; the readers of activations open a
+folder as one typed :class:`countlens.core.capture.Capture` (:func:`~countlens.core.capture.open_capture`).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -209,9 +209,8 @@ def read_meta(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def load_capture(path: str | os.PathLike, allow_incomplete: bool = False):
-    """Load a capture folder as one ``datasets.Dataset`` with numpy formatting on ``acts``.
-
-    The metadata is attached as ``ds.info.description`` (JSON text); :func:`capture_meta` parses it.
+    """Load a capture folder's rows as one ``datasets.Dataset`` (memory-mapped); its metadata stays in
+    ``meta.json`` (:func:`read_meta`; :func:`countlens.core.capture.open_capture` reads both).
     Raises :class:`UsageError` if the folder is not a capture, is unfinished (unless ``allow_incomplete``),
     or has no rows.
     """
@@ -232,13 +231,14 @@ def load_capture(path: str | os.PathLike, allow_incomplete: bool = False):
     if meta.get("complete") and "n_rows" in meta and len(ds) != meta["n_rows"]:
         raise UsageError(f"{path} holds {len(ds)} of its {meta['n_rows']} rows (a shard is missing); rerun the "
                          "capture command to recompute it")
-    ds.info.description = json.dumps(meta)
     return ds
 
 
-def capture_meta(ds) -> dict[str, Any]:
-    """The metadata :func:`load_capture` attached to a data set."""
-    return json.loads(ds.info.description or "{}")
+def stored_dtype(ds) -> str:
+    """The dtype ``acts`` is stored in, from the data set's own features (float32 for a data set without
+    activations)."""
+    feature = ds.features.get("acts")
+    return str(getattr(feature, "dtype", None) or "float32")
 
 
 def iter_batches(ds, columns: Sequence[str] = ("acts", "n"), location: int | None = None,
@@ -250,7 +250,7 @@ def iter_batches(ds, columns: Sequence[str] = ("acts", "n"), location: int | Non
     told the dtype, so a float64 toy export would lose precision silently; here the stored dtype is asked
     for explicitly.
     """
-    stored = capture_meta(ds).get("dtype", "float32")
+    stored = stored_dtype(ds)
     view = ds.with_format("numpy", columns=list(columns), dtype=stored)
     for start in range(0, len(view), batch_size):
         batch = dict(view[start:start + batch_size])
@@ -273,4 +273,4 @@ def column(ds, name: str) -> np.ndarray:
 __all__ = ["META", "SHARDS", "COLUMNS", "OPTIONAL_COLUMNS", "ANSWER_COLUMNS", "DISTRIBUTION_COLUMNS",
            "POSITION_COLUMNS", "features", "ActivationWriter", "existing_capture",
            "read_meta", "load_capture",
-           "capture_meta", "iter_batches", "acts_array", "column"]
+           "stored_dtype", "iter_batches", "acts_array", "column"]

@@ -13,7 +13,7 @@ import importlib
 import sys
 from pathlib import Path
 
-from countlens.core.args import HelpFormatter, OneLineParser, cli_message
+from countlens.core.args import HelpFormatter, OneLineParser, also_sets, cli_message
 from countlens.core.errors import EXIT_USAGE, UsageError
 
 DESCRIPTION = """How a transformer represents a count, and what that costs in parameter norm.
@@ -35,6 +35,7 @@ _AREAS = {
     "probe": "countlens.probes.cli",
     "geometry": "countlens.analysis.cli",
     "compare": "countlens.analysis.cli",
+    "organism": "countlens.llm.organisms.cli",
 }
 _PIPELINE = ("reproduce", "study")
 # The capture options reproduce and study take (declared once, by the llm room's command line).
@@ -76,7 +77,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 
 def _add_preset(p: argparse.ArgumentParser, full_help: str) -> None:
-    from countlens.pipeline.presets import PRESETS
+    from countlens.pipeline.experiments import PRESETS
 
     size = p.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="the reduced sizes (the default; make demo)")
@@ -91,8 +92,8 @@ def _preset(args: argparse.Namespace) -> str:
 
 
 def register_reproduce(subparsers) -> None:
-    from countlens.llm.cli import add_capture_options
-    from countlens.pipeline.reproduce import stage_titles
+    from countlens.llm.capture.options import add_capture_options
+    from countlens.pipeline.experiments import stage_titles
 
     names = stage_titles()
     width = max(len(n) for n in names)
@@ -112,7 +113,7 @@ def register_reproduce(subparsers) -> None:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from countlens.llm.cli import capture_options
+    from countlens.llm.capture.options import capture_options
     from countlens.pipeline.reproduce import reproduce
 
     only = [s.strip() for s in args.stages.split(",") if s.strip()] if args.stages else None
@@ -134,8 +135,16 @@ A finished model is reused on a rerun; with --ray each model is one Ray task on 
 """
 
 
+def _titles(group: str) -> str:
+    """The titles of the experiments of study group ``group``, for an option's help."""
+    from countlens.pipeline.experiments import stage_titles, study_stages
+
+    titles = stage_titles()
+    return "; ".join(titles[name] for name in study_stages(group))
+
+
 def register_study(subparsers) -> None:
-    from countlens.llm.cli import add_capture_options
+    from countlens.llm.capture.options import add_capture_options
 
     p = subparsers.add_parser("study", help="the analysis over several models, and one comparison across them",
                               description=STUDY_DESCRIPTION)
@@ -148,16 +157,15 @@ def register_study(subparsers) -> None:
                         "or local:N (N slots here); --out must be on storage every node sees "
                         "(default: no Ray, one model after another)")
     add_capture_options(p, STUDY_CAPTURE, defaults=None)
+    also_sets(p, model="models")  # an error about one model's `model` names --models
     p.add_argument("--patching", action="store_true",
-                   help="also run Figure 9 (boundary patching and steering along the probe) in every model's report")
-    p.add_argument("--where", action="store_true",
-                   help="also run Figures 10-13 (the count at every item, patching over positions, the heads, "
-                        "lenses) in every model's report")
+                   help="also run, in every model's report: " + _titles("patching"))
+    p.add_argument("--where", action="store_true", help="also run, in every model's report: " + _titles("where"))
     p.set_defaults(func=cmd_study)
 
 
 def cmd_study(args: argparse.Namespace) -> int:
-    from countlens.llm.cli import capture_options
+    from countlens.llm.capture.options import capture_options
     from countlens.pipeline.study import StudyConfig, run_study
 
     out = Path(args.out)

@@ -34,14 +34,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from countlens.core.cache import ResultCache, refuse_other_settings
+from countlens.core.cache import CACHE_FOLDER, ResultCache, refuse_other_settings
 from countlens.core.errors import ConfigError, UsageError, literal
 from countlens.core.io import read_json, write_json_atomic, write_text_atomic
 from countlens.core.report import STAGE_FILE
 from countlens.core.results import config_record
 from countlens.core.threads import torch_threads
 
-CACHE_FOLDER = ".cache"
 ERROR_LOG = "error.log"
 
 

@@ -31,8 +31,8 @@ from countlens.core.errors import ConfigError, UsageError
 from countlens.core.locations import location_label, location_names
 from countlens.core.results import Result, result_provenance
 from countlens.llm import CaptureResult, preflight_capture
-from countlens.llm.models import model_pool
-from countlens.pipeline.presets import PRESETS
+from countlens.llm.models import ModelPool, model_pool
+from countlens.pipeline.experiments import PRESETS, study_stages
 from countlens.pipeline.reproduce import ACTS_PLACE, capture_config, reproduce
 from countlens.pipeline.study_report import (
     TABLE_COLUMNS,
@@ -41,16 +41,14 @@ from countlens.pipeline.study_report import (
     draw_study,
     write_study_page,
 )
-from countlens.probes.experiments import ProbeResult
+from countlens.probes.probe import ProbeResult
 
 MODELS_DIR = "models"
 CACHE_DIR = ".study"
 RETRIES = 2  # retries of a model's Ray task whose worker died; the model resumes from its finished stages
-# The stages of each model's own report (the rest of `reproduce` is the toy theory, which is model-free),
-# Figure 9's causal tests, and Figures 10-13 (where the count is formed, why the answer is wrong), run where asked.
-MODEL_STAGES = ("toy-construct", "capture", "probe", "geometry", "compare")
-PATCHING_STAGES = ("patching", "steering")
-WHERE_STAGES = ("capture-items", "probe-running", "patching-positions", "heads", "lens")
+# A model's own report runs the experiments declared in study group "model" (the rest of `reproduce` is the
+# toy theory, which is model-free), and those of groups "patching" (--patching) and "where" (--where) where
+# asked (:func:`countlens.pipeline.experiments.study_stages`).
 
 def model_folder_names(models: list[str]) -> list[str]:
     """One folder name per model spec (``org/name`` → ``org--name``, a path → its last part), unique."""
@@ -75,7 +73,7 @@ def block_positions(n_blocks: int) -> dict[str, int]:
 @dataclass
 class StudyConfig:
     """``countlens study``: ``models`` (specs as for ``llm capture --model``), the size ``preset`` of
-    :data:`countlens.pipeline.presets.PRESETS` every model runs at, and ``capture`` — fields of the preset's
+    size preset (``quick``, ``full``, ``test``) every model runs at, and ``capture`` — fields of the preset's
     capture config set for every model (``device``, ``dtype``, ``batch_size``, ``template``, ...);
     ``patching`` adds Figure 9's patching and steering to every model's report, ``where`` Figures 10-13 (the
     count at every item, patching over positions, the heads, the lenses)."""
@@ -97,13 +95,13 @@ class StudyConfig:
             raise ConfigError("preset", f"unknown size {{preset}} {self.preset!r}; choose {', '.join(PRESETS)}")
         if "model" in self.capture:
             raise ConfigError("models", "capture settings are for every model; name the models in {models}")
-        capture_config(self.preset, self.capture).validate()  # every override is a valid capture setting
+        capture_config(self.preset, self.capture)  # every override is a valid capture setting (checked when built)
 
     def jobs(self) -> list[dict[str, Any]]:
         """One job per model: its folder name, the preset, its capture settings and stages (what keys its
         result)."""
-        stages = (list(MODEL_STAGES) + (list(PATCHING_STAGES) if self.patching else [])
-                  + (list(WHERE_STAGES) if self.where else []))
+        groups = ("model",) + (("patching",) if self.patching else ()) + (("where",) if self.where else ())
+        stages = study_stages(*groups)
         return [{"model": m, "name": name, "preset": self.preset, "capture": {**self.capture, "model": m},
                  "stages": stages} for m, name in zip(self.models, model_folder_names(list(self.models)), strict=True)]
 
@@ -166,26 +164,28 @@ def model_folder(out: str | Path, job: dict[str, Any]) -> Path:
     return Path(out) / MODELS_DIR / job["name"]
 
 
-def preflight_model(out: str | Path, job: dict[str, Any]) -> None:
+def preflight_model(out: str | Path, job: dict[str, Any], pool: ModelPool | None = None) -> None:
     """Refuse (one line) a model that cannot be captured, or a folder holding another capture; reads only
-    the tokenizer and the model's config."""
+    the tokenizer and the model's config (once in ``pool``, with the plan the model's capture then runs)."""
     try:
         preflight_capture(capture_config(job["preset"], job["capture"]),
-                          model_folder(out, job) / "capture" / ACTS_PLACE, progress=False)
+                          model_folder(out, job) / "capture" / ACTS_PLACE, progress=False, pool=pool)
     except ConfigError as exc:
         raise exc.within(f"model {job['model']}") from None
     except UsageError as exc:
         raise UsageError(f"model {job['model']}: {exc}") from None
 
 
-def run_study_model(job: dict[str, Any], out: str | Path, device: str | None = None) -> dict[str, Any]:
+def run_study_model(job: dict[str, Any], out: str | Path, device: str | None = None,
+                    pool: ModelPool | None = None) -> dict[str, Any]:
     """One model's pipeline (its stages of :func:`countlens.pipeline.reproduce.reproduce`, so its own report
     and its per-stage resume) into ``OUT/models/<name>/``; returns its :class:`ModelSummary` as a dict.
     ``device`` overrides the job's (a Ray task's own GPU). :class:`UsageError` names the model and the first
-    stage that did not finish."""
+    stage that did not finish. ``pool``: the study's :class:`~countlens.llm.models.ModelPool` (the model's
+    weights are released from it when its turn ends)."""
     folder = model_folder(out, job)
     capture = {**job["capture"], **({"device": device} if device else {})}
-    report = reproduce(folder, job["preset"], capture, only=job["stages"])
+    report = reproduce(folder, job["preset"], capture, only=job["stages"], pool=pool)
     for stage in report["stages"]:
         if stage["stage"] in job["stages"] and stage["status"] != "done":
             raise UsageError(f"model {job['model']}: stage {stage['stage']} {stage['status']}: "
@@ -195,7 +195,7 @@ def run_study_model(job: dict[str, Any], out: str | Path, device: str | None = N
 
 def summarize_model(job: dict[str, Any], folder: Path, out: Path) -> ModelSummary:
     """A model's :class:`ModelSummary` from its stages' saved results (capture, geometry, probes, compare)."""
-    n_blocks = int(CaptureResult.read(folder / "capture").meta["n_blocks"])
+    n_blocks = int(CaptureResult.read(folder / "capture").meta.n_blocks)
     geometry = GeometryResult.read(folder / "geometry")
     probes = ProbeResult.read(folder / "probe")
     compare = CompareResult.read(folder / "compare")
@@ -243,11 +243,14 @@ def run_study(config: StudyConfig, out: str | Path, ray: str | None = None,
         from countlens.llm.capture.distributed import parse_target
 
         parse_target(ray)  # a bad target is refused before any work
-    with model_pool():  # every model resolved and read once; each one's weights released after its turn
+    with model_pool() as pool:  # every model resolved and read once; each one's weights released after its turn
         for job in todo:
-            preflight_model(out, job)
+            preflight_model(out, job, pool)
         out.mkdir(parents=True, exist_ok=True)
-        failures = (_run_on_ray if ray is not None else _run_in_turn)(todo, out, ray, cache, summaries, log)
+        if ray is not None:
+            failures = _run_on_ray(todo, out, ray, cache, summaries, log)
+        else:
+            failures = _run_in_turn(todo, out, pool, cache, summaries, log)
     result = StudyResult(config=asdict(config), models=[ModelSummary(**summaries[j["name"]]) for j in jobs
                                                         if j["name"] in summaries],
                          provenance=result_provenance(config))
@@ -258,12 +261,12 @@ def run_study(config: StudyConfig, out: str | Path, ray: str | None = None,
     return result, failures
 
 
-def _run_in_turn(todo, out, ray, cache, summaries, log) -> dict[str, str]:
+def _run_in_turn(todo, out, pool, cache, summaries, log) -> dict[str, str]:
     failures = {}
     for job in todo:
         started = time.perf_counter()
         try:
-            summaries[job["name"]] = cache.put(job, run_study_model(job, out))
+            summaries[job["name"]] = cache.put(job, run_study_model(job, out, pool=pool))
         except UsageError as exc:
             failures[job["model"]] = str(exc)
             log(f"study: {exc}")
@@ -300,6 +303,6 @@ def _run_on_ray(todo, out, target, cache, summaries, log) -> dict[str, str]:
     return failures
 
 
-__all__ = ["MODEL_STAGES", "PATCHING_STAGES", "WHERE_STAGES", "StudyConfig", "ModelSummary",
+__all__ = ["StudyConfig", "ModelSummary",
            "StudyResult", "model_folder_names", "block_positions", "preflight_model", "run_study_model",
            "summarize_model", "run_study"]

@@ -18,6 +18,7 @@ this machine is part of (``ray start``), anything else is a cluster address (``H
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import time
 import uuid
@@ -26,16 +27,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from countlens.core.capture import Capture
 from countlens.core.errors import ConfigError, UsageError, literal
-from countlens.core.io import write_json_atomic
-from countlens.core.store import ActivationWriter, existing_capture
+from countlens.core.store import ActivationWriter
 from countlens.llm.capture.experiment import (
     CaptureConfig,
+    CapturePlan,
     CaptureResult,
-    capture_is_whole,
     capture_runner,
-    check_disk,
     plan_capture,
+    run_capture,
 )
 from countlens.llm.capture.residuals import capture_shard, model_facts
 
@@ -227,78 +228,68 @@ def schedule_shards(ray, actors: list, out_dir: Path, meta: dict[str, Any], shar
 
 
 def run_capture_on_ray(config: CaptureConfig, out: str | Path, target: str = "auto", *,
-                       progress: bool = True, notify: Callable[[str], Any] | None = None) -> RayCaptureResult:
+                       plan: CapturePlan | None = None, progress: bool = True,
+                       notify: Callable[[str], Any] | None = None) -> RayCaptureResult:
     """:func:`~countlens.llm.capture.experiment.run_capture` with the shards spread over the Ray cluster
-    ``target``; the same folder, rows and resume rules (an items capture's shards too: each holds its
-    prompts' rows, their ``prompt_id`` the plan's).
+    ``target`` (:class:`RayShards` under the one lifecycle); the same folder, rows and resume rules (an items
+    capture's shards too: each holds its prompts' rows, their ``prompt_id`` the plan's).
 
     Raises :class:`UsageError` for everything ``run_capture`` refuses (a capture the disk cannot hold
     included; ``notify(line)`` is told an items capture's expected size), for a missing Ray, an unreachable
     cluster, or a capture folder some node cannot see; all before any model loads.
     """
-    plan = plan_capture(config, progress)
-    folder, out = Path(out), Path(out).resolve()  # workers need the absolute path: their cwd is not ours
-    old = existing_capture(out, plan.key)
-    if old is not None and old.get("complete") and capture_is_whole(out):
-        return RayCaptureResult(**vars(CaptureResult.from_folder(folder, config)))
-    shards = plan.shards()
-    done = ActivationWriter(out, old).finished_shards() & set(range(len(shards))) if old is not None else set()
-    todo = {s: shard for s, shard in enumerate(shards) if s not in done}
-    free = check_disk(plan, out, done)
-    if notify is not None and config.positions != "boundary":
-        notify(plan.size_text(free))
-    created = not out.exists()
-    started = time.perf_counter()
-    records: list[dict[str, Any]] = []
-    described: list[dict[str, Any]] = []
-    try:
-        with ray_cluster(target) as ray:
+    return run_capture(config, out, plan=plan, shards=RayShards(target), progress=progress, notify=notify)
+
+
+class RayShards:
+    """Captures a plan's shards on the Ray cluster ``target``: one :class:`CaptureActor` per GPU or CPU slot
+    (no more than there are shards), each shard to whichever actor is free
+    (:func:`~countlens.llm.capture.experiment.capture_lifecycle` runs the rest)."""
+
+    def __init__(self, target: str):
+        self.target = target
+        self.ray: Any = None
+        self.actors: list = []
+        self.described: list[dict[str, Any]] = []
+        self.records: list[dict[str, Any]] = []
+        self.out: Path | None = None
+
+    @property
+    def label(self) -> str:
+        return f"capture on {len(self.actors)} Ray workers"
+
+    @contextlib.contextmanager
+    def session(self, out: Path) -> Iterator[None]:
+        """The cluster, checked to see ``out`` from every node, for the block; the actors end with it."""
+        out = Path(out).resolve()  # workers need the absolute path: their cwd is not ours
+        with ray_cluster(self.target) as ray:
             check_shared_storage(ray, out)
-            if todo:
-                writer, described, records = _capture_shards(ray, plan, out, todo, target, progress)
-            else:  # every shard is there; only the completion mark was missing
-                writer = ActivationWriter(out, old)
-    except BaseException:
-        if created and out.is_dir() and not any(out.iterdir()):
-            out.rmdir()  # a run refused before any work leaves nothing behind
-        raise
-    missing = sorted(set(range(len(shards))) - writer.finished_shards())  # also drops killed writes' leftovers
-    if missing:
-        raise UsageError(f"shard(s) {', '.join(map(str, missing))} of {out} did not read back after capture; "
-                         "rerun the same command to recompute them")
-    writer.finish({"n_rows": plan.rows(), "capture_seconds": round(time.perf_counter() - started, 3)})
-    if not capture_is_whole(out):
-        write_json_atomic(out / "meta.json", {**writer.meta, "complete": False})
-        raise UsageError(f"{out} does not read back whole after capture; rerun the same command to resume")
-    return RayCaptureResult(**vars(CaptureResult.from_folder(folder, config)), scheduled=sorted(todo), shards=records,
-                            actors=[{"pid": d["pid"], "load_seconds": d["load_seconds"]} for d in described],
-                            wall_s=time.perf_counter() - started)
+            self.ray, self.out = ray, out
+            try:
+                yield
+            finally:
+                for actor in self.actors:
+                    ray.kill(actor)
 
+    def start(self, plan: CapturePlan, n_shards: int) -> dict[str, Any]:
+        """Start the actors (each loads the model); the capture's ``meta.json`` from the model they loaded."""
+        slots, resources, device = actor_resources(self.ray, plan.config.model.device)
+        config = plan.config.with_options(device=device)
+        self.actors, self.described = start_actors(self.ray, min(slots, n_shards), resources, config)
+        meta = plan.meta(self.described[0]["facts"])
+        meta["provenance"]["config"]["ray"] = {"target": self.target, "workers": len(self.actors)}
+        return meta
 
-def _capture_shards(ray, plan, out: Path, todo: dict[int, list], target: str, progress: bool):
-    """Start the actors, write ``meta.json`` from the model they loaded, capture ``todo`` on them.
-    Returns (the writer, the actors' descriptions, the per-shard records)."""
-    from tqdm.auto import tqdm
+    def capture(self, plan: CapturePlan, writer: ActivationWriter, todo: dict[int, list], update) -> None:
+        self.records = schedule_shards(self.ray, self.actors, self.out, writer.meta, todo, update)
 
-    slots, resources, device = actor_resources(ray, plan.config.model.device)
-    config = plan.config.with_options(device=device)
-    actors, described = start_actors(ray, min(slots, len(todo)), resources, config)
-    try:
-        meta = plan.meta(described[0]["facts"])
-        meta["provenance"]["config"]["ray"] = {"target": target, "workers": len(actors)}
-        writer = ActivationWriter(out, meta)
-        # until every shard is back, the folder must not claim to be complete
-        write_json_atomic(out / "meta.json", {**writer.meta, "complete": False})
-        n_done = len(plan.prompts) - sum(map(len, todo.values()))
-        with tqdm(total=len(plan.prompts), initial=n_done, unit="prompt", smoothing=0.1,
-                  desc=f"capture on {len(actors)} Ray workers", disable=not progress) as bar:
-            records = schedule_shards(ray, actors, out, meta, todo, bar.update)
-    finally:
-        for actor in actors:
-            ray.kill(actor)
-    return writer, described, records
+    def result(self, capture: Capture, scheduled: list[int], wall_s: float) -> RayCaptureResult:
+        fields = {f.name: getattr(capture, f.name) for f in dataclasses.fields(capture)}
+        return RayCaptureResult(**fields, scheduled=scheduled, shards=self.records,
+                                actors=[{"pid": d["pid"], "load_seconds": d["load_seconds"]} for d in self.described],
+                                wall_s=wall_s)
 
 
 __all__ = ["RAY_INSTALL", "RETRIES", "import_ray", "parse_target", "ray_cluster", "check_shared_storage",
-           "CaptureActor", "RayCaptureResult", "actor_resources", "start_actors", "schedule_shards",
+           "CaptureActor", "RayCaptureResult", "RayShards", "actor_resources", "start_actors", "schedule_shards",
            "run_capture_on_ray"]

@@ -1,10 +1,13 @@
-"""The capture experiment: a :class:`CaptureConfig` in, an activation folder and its :class:`CaptureResult` out.
+"""The capture experiment: a :class:`CaptureConfig` in, an activation folder and its
+:class:`~countlens.core.capture.Capture` out.
 
 :func:`plan_capture` does everything that needs only the tokenizer and the model's config — resolve the
 model (hub revision included), build and check the prompts (chat template, items, boundary), resolve the
 locations, check the context length — so a capture that cannot work is refused before any weights are
-read; :func:`preflight_capture` is that check alone. :func:`run_capture` then loads the weights and writes
-the folder shard by shard (``countlens.core.store``), resuming the shards an interrupted run left.
+read; :func:`preflight_capture` is that check alone, and returns the plan for the run. :func:`run_capture` then
+loads the weights and writes the folder shard by shard (``countlens.core.store``), resuming the shards an
+interrupted run left: one lifecycle (:func:`capture_lifecycle`) whether the shards are captured here
+(:class:`LocalShards`) or on a Ray cluster (:class:`~countlens.llm.capture.distributed.RayShards`).
 
 The plan also knows the capture's size on disk before any weights load (:meth:`CapturePlan.disk_bytes`: rows
 x locations x d x bytes, and the other columns): a capture the disk cannot hold is refused then
@@ -14,19 +17,25 @@ size before it starts.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
+from countlens.core.capture import Capture, CaptureMeta
 from countlens.core.errors import ConfigError, UsageError, literal
-from countlens.core.io import free_bytes, provenance, size_text, to_jsonable, write_json_atomic
+from countlens.core.fields import AtLeast, Nested, OneOf, check_fields
+from countlens.core.io import free_bytes, provenance, size_text, write_json_atomic
 from countlens.core.options import ExperimentConfig
-from countlens.core.results import Result, result_provenance
-from countlens.core.store import ActivationWriter, existing_capture, load_capture, read_meta
+from countlens.core.registry import Experiment, declare
+from countlens.core.results import config_record, result_provenance
+from countlens.core.store import META, ActivationWriter, existing_capture, load_capture
 from countlens.llm.answers import (
     ANSWER_TOKENS,
     answer_candidates,
@@ -50,11 +59,13 @@ from countlens.llm.hooks import residual_locations
 from countlens.llm.models import (
     DEFAULT_MODEL,
     LoadedModel,
+    ModelPool,
     ModelRef,
     ModelSpec,
     load_model,
     load_model_config,
     load_tokenizer,
+    read_once,
 )
 from countlens.llm.prompts import (
     CANDIDATE_PAIRS,
@@ -73,13 +84,6 @@ from countlens.llm.prompts import (
 ACTS_DTYPES = ("float32", "float16")
 PADDING_SIDES = ("left", "right")
 SHARD_ROWS = 256
-
-
-def check_positive(config: Any, *names: str) -> None:
-    """``ConfigError`` naming the first field of ``names`` whose value in ``config`` is below 1."""
-    for name in names:
-        if int(getattr(config, name)) < 1:
-            raise ConfigError(name, f"{{{name}}} must be >= 1, got {getattr(config, name)}")
 
 
 @dataclass
@@ -128,17 +132,15 @@ class CaptureConfig(ExperimentConfig):
     random_init: bool = False
     init_seed: int = 0
 
+    FIELDS: ClassVar[dict] = {"model": Nested(ModelSpec, "model"), "prompts": Nested(PromptSettings),
+                              "batch_size": AtLeast(1), "backend": OneOf(BACKENDS), "acts_dtype": OneOf(ACTS_DTYPES),
+                              "padding_side": OneOf(PADDING_SIDES), "shard_rows": AtLeast(1),
+                              "positions": OneOf(POSITIONS), "answer_tokens": AtLeast(1)}
+
     def validate(self) -> CaptureConfig:
-        """Raise :class:`ConfigError` naming the field of a config that cannot run."""
-        self.model.validate()
-        self.prompts.validate()
-        choices = {"backend": BACKENDS, "acts_dtype": ACTS_DTYPES, "padding_side": PADDING_SIDES,
-                   "positions": POSITIONS}
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ConfigError(name, f"{{{name}}} must be one of {', '.join(allowed)}, got "
-                                        + literal(repr(getattr(self, name))))
-        check_positive(self, "batch_size", "shard_rows", "answer_tokens")
+        """Raise :class:`ConfigError` naming the field of a config that cannot run (reads no file); runs when
+        the config is built."""
+        check_fields(self, self.FIELDS, assign=True)
         if self.answers and self.backend != "hf":
             raise ConfigError("answers", "{answers} needs {backend:hf} (the answer is decoded from the capture's "
                                          "own prompt pass)", also=("backend",))
@@ -232,21 +234,30 @@ class CapturePlan:
         return index * self.config.shard_rows
 
 
-def plan_capture(config: CaptureConfig, progress: bool = True) -> CapturePlan:
-    """Resolve and check ``config`` from the tokenizer and the model's config alone (no weights are read).
+def plan_capture(config: CaptureConfig, progress: bool = True, pool: ModelPool | None = None) -> CapturePlan:
+    """Resolve and check ``config`` from the tokenizer and the model's config alone (no weights are read);
+    in a run's model ``pool`` (default: the active one; ``reproduce``, ``study``) once per config, so the
+    pre-load check and the run that follows it share one plan.
 
     Raises :class:`UsageError` (a :class:`ConfigError` naming the field where one is to blame) for an
     unknown model or revision, a missing chat template, items that are not one token each, a generation
     prompt that differs between prompts, locations the model lacks, or a prompt longer than the model's
     context.
     """
-    config.validate()
+    key = json.dumps(config_record(config), sort_keys=True, default=str)
+    plan = read_once("capture plan", key, lambda: _plan(config, progress, pool), pool)
+    if plan.ref.announce != progress:  # a conversion the load makes is announced as this caller asks
+        plan = dataclasses.replace(plan, ref=dataclasses.replace(plan.ref, announce=progress))
+    return plan
+
+
+def _plan(config: CaptureConfig, progress: bool, pool: ModelPool | None) -> CapturePlan:
     if config.positions == "items" and max(config.prompts.counts) == 0:
         raise ConfigError("positions", "{positions:items} follows the count over the items, but {counts} are all 0 "
                                        "(no prompt has a target); add counts above 0", also=("counts",))
-    ref = config.model.resolve(progress, template=config.prompts.template)  # a GGUF's template: from its header
-    tokenizer = load_tokenizer(ref)
-    model_config = load_model_config(ref)
+    ref = config.model.resolve(progress, template=config.prompts.template, pool=pool)  # a GGUF's: its header's
+    tokenizer = load_tokenizer(ref, pool)
+    model_config = load_model_config(ref, pool)
     n_blocks = n_blocks_of(model_config)
     locations = _location_indices(config.locations, n_blocks)
     if config.answers:
@@ -303,14 +314,16 @@ def target_token_ids(tokenizer, settings: PromptSettings) -> dict[str, set[int]]
     return out
 
 
-def preflight_capture(config: CaptureConfig, out: str | Path | None = None, progress: bool = True) -> None:
+def preflight_capture(config: CaptureConfig, out: str | Path | None = None, progress: bool = True,
+                      pool: ModelPool | None = None) -> CapturePlan:
     """Every check of :func:`plan_capture`, and (given ``out``) that ``out`` is empty or holds this same
     capture and that its disk holds the capture (:func:`check_disk`); raises :class:`UsageError`, reads no
-    weights, writes nothing."""
-    plan = plan_capture(config, progress)
+    weights, writes nothing. Returns the plan, for the run that follows (``run_capture(plan=...)``)."""
+    plan = plan_capture(config, progress, pool)
     if out is not None:
         existing_capture(out, plan.key)
         check_disk(plan, out)
+    return plan
 
 
 def check_disk(plan: CapturePlan, out: str | Path, done: set[int] = frozenset()) -> int:
@@ -329,32 +342,12 @@ def check_disk(plan: CapturePlan, out: str | Path, done: set[int] = frozenset())
     return free
 
 
-@dataclass
-class CaptureResult(Result):
-    """A finished capture: its folder, its number of rows (one per prompt, or per prompt and position of an
-    items capture; ``meta["n_prompts"]`` counts the prompts) and its ``meta.json``; ``provenance``
-    is that of the config that asked for it (the folder's ``meta.json`` holds the capture's own)."""
-
-    FILE: ClassVar[str] = "capture.json"
-    COMMAND: ClassVar[str] = "countlens llm capture"
-
-    folder: Path
-    n_rows: int
-    meta: dict[str, Any]
-    provenance: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return to_jsonable(super().to_dict())
-
-    @classmethod
-    def from_folder(cls, folder: str | Path, config: CaptureConfig | None = None) -> CaptureResult:
-        """The result of the capture in ``folder`` (made with ``config``, when known)."""
-        meta = read_meta(folder)
-        return cls(Path(folder), int(meta.get("n_rows", meta.get("n_prompts", 0))), meta,
-                   result_provenance(config) if config is not None else {})
+# The capture stage's result is the capture itself (its folder, typed metadata, rows; the result contract).
+CaptureResult = Capture
 
 
-def capture_runner(plan: CapturePlan, loaded: LoadedModel | None = None, progress: bool = True):
+def capture_runner(plan: CapturePlan, loaded: LoadedModel | None = None, progress: bool = True,
+                   pool: ModelPool | None = None):
     """(the model, the :class:`~countlens.llm.capture.residuals.ShardRunner` that captures its shards) for ``plan``:
     the one way a single process and each Ray worker (:mod:`countlens.llm.capture.distributed`) set up a capture.
     ``loaded`` reuses an already loaded model; otherwise the weights load (or are drawn, ``random_init``)."""
@@ -363,7 +356,7 @@ def capture_runner(plan: CapturePlan, loaded: LoadedModel | None = None, progres
         loaded = random_init_model(plan.ref, plan.tokenizer, config.init_seed, spec.device, spec.dtype)
     elif loaded is None:
         loaded = load_model(plan.ref, device=spec.device, dtype=spec.dtype, progress=progress,
-                            tokenizer=plan.tokenizer)
+                            tokenizer=plan.tokenizer, pool=pool)
     if config.answers:
         runner = answering_runner(loaded, plan.locations, config.batch_size, config.answer_tokens,
                                   config.prompts.template, plan.candidates, config.positions)
@@ -374,61 +367,109 @@ def capture_runner(plan: CapturePlan, loaded: LoadedModel | None = None, progres
     return loaded, runner
 
 
-def run_capture(config: CaptureConfig, out: str | Path, *, loaded: LoadedModel | None = None,
-                progress: bool = True, notify: Callable[[str], Any] | None = None) -> CaptureResult:
+def run_capture(config: CaptureConfig, out: str | Path, *, plan: CapturePlan | None = None,
+                loaded: LoadedModel | None = None, shards=None, progress: bool = True,
+                notify: Callable[[str], Any] | None = None, pool: ModelPool | None = None) -> Capture:
     """Capture the boundary residual stream of every prompt of ``config`` (and, with ``positions="items"``,
-    of every item) into the folder ``out``.
+    of every item) into the folder ``out``; returns the :class:`~countlens.core.capture.Capture`.
 
-    ``loaded`` reuses a model already loaded from ``config.model``. A finished capture with the same
-    settings is returned as it is; an interrupted one resumes from its finished shards; a folder holding
-    anything else, or a capture the disk cannot hold (:func:`check_disk`), is refused (:class:`UsageError`),
-    all before the weights load. ``notify(line)`` is told an items capture's expected size on disk then.
+    ``plan`` is ``config``'s :func:`plan_capture` when the caller already made it (it is made here
+    otherwise, in ``pool``, the run's :class:`~countlens.llm.models.ModelPool`, which also loads the model
+    once); ``loaded`` reuses a model already loaded from ``config.model``; ``shards`` captures the shards
+    (default :class:`LocalShards`, in this process; :class:`~countlens.llm.capture.distributed.RayShards` on a
+    Ray cluster: :func:`~countlens.llm.capture.distributed.run_capture_on_ray`). A finished capture with the
+    same settings is returned as it is; an interrupted one resumes from its finished shards; a folder
+    holding anything else, or a capture the disk cannot hold (:func:`check_disk`), is refused
+    (:class:`UsageError`), all before the weights load. ``notify(line)`` is told an items capture's expected
+    size on disk then.
     """
+    if plan is None:
+        plan = plan_capture(config, progress, pool)
+    elif plan.config != config:
+        raise ValueError("run_capture: the plan was made for another config")
+    if shards is None:
+        shards = LocalShards(loaded, progress, pool)
+    return capture_lifecycle(plan, out, shards, progress, notify)
+
+
+class LocalShards:
+    """Captures a plan's shards in this process, with one model (``loaded``, or loaded on :meth:`start`)."""
+
+    def __init__(self, loaded: LoadedModel | None = None, progress: bool = True, pool: ModelPool | None = None):
+        self.loaded, self.progress, self.pool, self.runner = loaded, progress, pool, None
+        self.label = "capture"
+
+    @contextlib.contextmanager
+    def session(self, out: Path) -> Iterator[None]:
+        yield
+
+    def start(self, plan: CapturePlan, n_shards: int) -> dict[str, Any]:
+        """Load the model; the capture's ``meta.json`` (:meth:`CapturePlan.meta`) from it."""
+        self.loaded, self.runner = capture_runner(plan, self.loaded, self.progress, self.pool)
+        return plan.meta(model_facts(self.loaded, self.runner.names))
+
+    def capture(self, plan: CapturePlan, writer: ActivationWriter, todo: dict[int, list[Prompt]], update) -> None:
+        for s in sorted(todo):
+            writer.write_shard(s, capture_shard(self.runner, todo[s], update, plan.shard_start(s)))
+
+    def result(self, capture: Capture, scheduled: list[int], wall_s: float) -> Capture:
+        return capture
+
+
+def capture_lifecycle(plan: CapturePlan, out: str | Path, shards, progress: bool = True,
+                      notify: Callable[[str], Any] | None = None) -> Capture:
+    """The one lifecycle of a capture, whoever captures its shards (``shards``: :class:`LocalShards`, or
+    :class:`~countlens.llm.capture.distributed.RayShards`): refuse or resume the folder ``out``, check the disk,
+    start the workers (the model loads), write ``meta.json`` unfinished, capture the missing shards, check
+    that every one reads back, and mark the capture complete. A run refused before any work leaves no
+    folder behind."""
     from tqdm.auto import tqdm
 
-    plan = plan_capture(config, progress)
     out = Path(out)
+    made = result_provenance(plan.config)
     old = existing_capture(out, plan.key)
     if old is not None and old.get("complete") and capture_is_whole(out):
-        return CaptureResult.from_folder(out, config)
-    present = _present_shards(out, len(plan.shards())) if old is not None else set()
-    free = check_disk(plan, out, present)
-    if notify is not None and config.positions != "boundary":
+        return shards.result(Capture.from_folder(out, made), [], 0.0)
+    parts = plan.shards()
+    done = ActivationWriter(out, old).finished_shards() & set(range(len(parts))) if old is not None else set()
+    todo = {s: shard for s, shard in enumerate(parts) if s not in done}
+    free = check_disk(plan, out, done)
+    if notify is not None and plan.config.positions != "boundary":
         notify(plan.size_text(free))
-    loaded, runner = capture_runner(plan, loaded, progress)
-    writer = ActivationWriter(out, plan.meta(model_facts(loaded, runner.names)))
-    shards = plan.shards()
-    done = writer.finished_shards() & set(range(len(shards)))  # drops corrupted shards and temporary folders
-    if len(done) < len(shards):
-        # until every shard is back, the folder must not claim to be complete
-        write_json_atomic(out / "meta.json", {**writer.meta, "complete": False})
+    created = not out.exists()
     started = time.perf_counter()
-    bar = tqdm(total=len(plan.prompts), initial=sum(len(shards[i]) for i in done), unit="prompt",
-               desc="capture", disable=not progress, smoothing=0.1)
     try:
-        for s, shard in enumerate(shards):
-            if s not in done:
-                writer.write_shard(s, capture_shard(runner, shard, bar.update, plan.shard_start(s)))
-    finally:
-        bar.close()
-    writer.finish({"n_rows": plan.rows(), "capture_seconds": round(time.perf_counter() - started, 3)})
-    return CaptureResult.from_folder(out, config)
+        with shards.session(out):
+            if todo:
+                writer = ActivationWriter(out, shards.start(plan, len(todo)))
+                # until every shard is back, the folder must not claim to be complete
+                write_json_atomic(out / META, {**writer.meta, "complete": False})
+                begun = time.perf_counter()
+                with tqdm(total=len(plan.prompts), initial=len(plan.prompts) - sum(map(len, todo.values())),
+                          unit="prompt", desc=shards.label, disable=not progress, smoothing=0.1) as bar:
+                    shards.capture(plan, writer, todo, bar.update)
+            else:  # every shard is there; only the completion mark was missing
+                writer, begun = ActivationWriter(out, old), time.perf_counter()
+    except BaseException:
+        if created and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+        raise
+    missing = sorted(set(range(len(parts))) - writer.finished_shards())  # also drops killed writes' leftovers
+    if missing:
+        raise UsageError(f"shard(s) {', '.join(map(str, missing))} of {out} did not read back after capture; "
+                         "rerun the same command to recompute them")
+    writer.finish({"n_rows": plan.rows(), "capture_seconds": round(time.perf_counter() - begun, 3)})
+    if not capture_is_whole(out):
+        write_json_atomic(out / META, {**writer.meta, "complete": False})
+        raise UsageError(f"{out} does not read back whole after capture; rerun the same command to resume")
+    return shards.result(Capture.from_folder(out, made), sorted(todo), time.perf_counter() - started)
 
 
 def find_pairs(config: CaptureConfig, candidates=CANDIDATE_PAIRS) -> dict[str, str | None]:
     """For each candidate pair, ``None`` if its items are one token each for ``config``'s model, wordings
     and template, else why not (only the tokenizer is loaded)."""
-    config.prompts.validate()
     tokenizer = load_tokenizer(config.model.resolve())
     return single_token_pairs(tokenizer, candidates, config.prompts.configs, config.prompts.template)
-
-
-def _present_shards(out: Path, n_shards: int) -> set[int]:
-    """The shard folders ``out`` already holds (by name; their contents are checked once the writer opens)."""
-    folder = out / "shards"
-    if not folder.is_dir():
-        return set()
-    return {int(p.name) for p in folder.iterdir() if p.name.isdigit() and int(p.name) < n_shards}
 
 
 def _location_indices(spec: str | None, n_blocks: int) -> list[int] | None:
@@ -481,6 +522,27 @@ def random_init_model(ref: ModelRef, tokenizer, seed: int, device: str = "cpu", 
                        device=device)
 
 
+def capture_spec(meta: CaptureMeta, device: str = "cpu") -> ModelSpec:
+    """The :class:`~countlens.llm.models.ModelSpec` of the model a capture ran (its metadata ``meta``), on
+    ``device``."""
+    return ModelSpec(model=meta.model_name, gguf_file=meta.gguf_file, revision=meta.revision,
+                     trust_remote_code=meta.trust_remote_code, device=device, dtype=meta.model_dtype)
+
+
+def capture_model(meta: CaptureMeta, device: str = "cpu", progress: bool = False) -> LoadedModel:
+    """The model a capture ran (its metadata ``meta``), random-initialised again where the capture was."""
+    spec = capture_spec(meta, device)
+    if meta.random_init_seed is not None:
+        ref = spec.resolve(progress)
+        return random_init_model(ref, load_tokenizer(ref), meta.random_init_seed, spec.device, spec.dtype)
+    return spec.load(progress)
+
+
+def capture_prompts(meta: CaptureMeta) -> PromptSettings:
+    """The prompt settings a capture was made with (its recorded resume key)."""
+    return PromptSettings(**{k: meta.settings[k] for k in PromptSettings().to_dict()})
+
+
 def capture_is_whole(out_dir: Path) -> bool:
     """Whether a capture folder marked complete loads whole (every shard readable, every row present)."""
     try:
@@ -490,6 +552,45 @@ def capture_is_whole(out_dir: Path) -> bool:
     return True
 
 
-__all__ = ["ACTS_DTYPES", "PADDING_SIDES", "SHARD_ROWS", "check_positive", "CaptureConfig", "CapturePlan",
+# Every 4th location from the embeddings, and the last: a spec that fits any depth (SmolLM2-135M: 9 of 31).
+ITEM_LOCATIONS = "0:-1:4,-1"
+
+declare(Experiment(
+    "capture", "Capture: assistant-boundary residual stream", CaptureConfig, run_capture, CaptureResult, order=100,
+    presets={
+        # All four token pairs (Figure 5 averages them, as the paper does), one wording and one seed: 404
+        # prompts, each with the model's own answer (Figure 7's behaviour line): the share of make demo's
+        # 15 minutes the capture can have (BENCHMARKS.md).
+        "quick": CaptureConfig(prompts=PromptSettings(L=256, counts=list(range(0, 101)), per_count=1, seeds=[0],
+                                                      configs=["count"]), answers=True),
+        # All four token pairs and every wording, three seeds (3,636 prompts).
+        "full": CaptureConfig(prompts=PromptSettings(L=256, counts=list(range(0, 101)), per_count=1,
+                                                     seeds=[0, 1, 2]), answers=True),
+        "test": CaptureConfig(prompts=PromptSettings(L=16, counts=list(range(0, 13)), per_count=1, seeds=[0, 1],
+                                                     pairs=[["a", "b"]], configs=["count"]),
+                              answers=True, answer_tokens=3)},
+    output="acts", places={"out": "acts"}, options={"progress": True},
+    uses_model=lambda config: not config.random_init, study="model", cli="countlens.llm.capture.cli"))
+
+declare(Experiment(
+    "capture-items", "Capture at every item", CaptureConfig, run_capture, CaptureResult, order=170,
+    presets={
+        # Short lists (L = 24: every count 0..24 once per token pair), so every item is a row: 100 prompts,
+        # 1,300 rows.
+        "quick": CaptureConfig(prompts=PromptSettings(L=24, counts=list(range(0, 25)), per_count=1, seeds=[0],
+                                                      configs=["count"]), locations=ITEM_LOCATIONS, positions="items"),
+        # Lists to 64 items (260 prompts, ~8,700 rows at every 2nd location).
+        "full": CaptureConfig(prompts=PromptSettings(L=64, counts=list(range(0, 65)), per_count=1, seeds=[0],
+                                                     configs=["count"]),
+                              locations="0:-1:2,-1", positions="items", shard_rows=64),
+        "test": CaptureConfig(prompts=PromptSettings(L=8, counts=list(range(0, 9)), per_count=1, seeds=[0, 1],
+                                                     pairs=[["a", "b"]], configs=["count"]),
+                              locations=ITEM_LOCATIONS, positions="items")},
+    output="acts", places={"out": "acts"}, options={"progress": True}, inherits=("model", "template", "batch_size"),
+    uses_model=True, study="where"))
+
+
+__all__ = ["ACTS_DTYPES", "PADDING_SIDES", "SHARD_ROWS", "CaptureConfig", "CapturePlan",
            "plan_capture", "target_token_ids", "preflight_capture", "check_disk", "CaptureResult",
-           "capture_runner", "run_capture", "find_pairs", "random_init_model", "capture_is_whole"]
+           "capture_runner", "run_capture", "LocalShards", "capture_lifecycle", "find_pairs", "capture_spec",
+           "capture_model", "capture_prompts", "random_init_model", "capture_is_whole"]

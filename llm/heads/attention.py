@@ -7,13 +7,15 @@ the attention weights ``A[q, :]`` (softmax over the keys ``0..q``; pads get zero
 items' positions (``target``), the distractor items' (``distractor``) and every other position (``other``:
 instruction, chat template, BOS and the query itself when it is not an item). The three sum to 1. They come
 from the model's own eager attention (the weights each attention module returns when the model runs with
-``attn_implementation="eager"``), so they equal ``output_attentions=True``. A head's ``target excess`` on a
+``attn_implementation="eager"``, read at the hook site ``attn_pattern`` of :mod:`countlens.llm.hooks`), so they
+equal ``output_attentions=True``. A head's ``target excess`` on a
 prompt with ``n >= 1`` targets and ``m >= 1`` distractors is ``target / (target + distractor) − n / (n + m)``:
 0 for a head that spreads its item attention evenly over the items, > 0 for one that prefers the targets.
 
 **Head ablation.** The input of block ``b``'s attention output projection holds the heads' outputs side by
 side (:data:`countlens.llm.hooks.ATTENTION_OUTPUTS`); head ``h``'s slice at the boundary is replaced by its
-mean over the prompt set's boundaries, and the forward continues. Only the boundary position is edited, so the
+mean over the prompt set's boundaries (a :class:`~countlens.llm.patching.edits.Setter` of the one patch
+mechanism, :func:`head_setter`), and the forward continues. Only the boundary position is edited, so the
 result is the head's direct contribution written at the boundary; later blocks can still read the items.
 Because only the boundary changes and it is the last position, an ablated run shares every earlier position's
 keys and values with the clean run: the prompt before its boundary runs once, and each ablation is one
@@ -39,7 +41,8 @@ import numpy as np
 
 from countlens.llm.answers import _forward, _select_rows, score_candidates
 from countlens.llm.capture.residuals import find_blocks, pad_batch
-from countlens.llm.hooks import HookSet, HookSite, hook_sites
+from countlens.llm.hooks import HookSet, HookSite, attention_pattern_site, hook_sites
+from countlens.llm.patching.edits import Patch, Setter
 
 QUERIES = ("boundary", "last_item")
 KINDS = ("target", "distractor", "other")
@@ -127,18 +130,17 @@ class AttentionPass:
     def __init__(self, model, site: str):
         self.model = model
         self.blocks = find_blocks(model)
-        self.sites = hook_sites(range(len(self.blocks)), len(self.blocks), site)
-        # the projection's parent: the block's attention, which returns (output, weights)
-        self.attention = [self.blocks[s.block].get_submodule(s.module.rsplit(".", 1)[0]) for s in self.sites]
+        blocks = range(len(self.blocks))
+        self.sites = hook_sites(blocks, len(self.blocks), site)
+        # the attention weights: item 1 of the output of the projection's parent, the block's attention
+        self.patterns = hook_sites(blocks, len(self.blocks), attention_pattern_site(site.split(":", 1)[1]))
         self._hooks = HookSet(self.blocks)
-        self._handles: list[Any] = []
         self._eager = None
 
     def _weights_hook(self, block: int):
         import torch
 
-        def hook(module, args, output):
-            weights = output[1] if isinstance(output, (tuple, list)) and len(output) > 1 else None
+        def hook(weights):
             if weights is None or weights.dim() != 4:
                 raise RuntimeError(f"block {block}'s attention returned no weights under eager attention")
             B = weights.shape[0]
@@ -159,9 +161,8 @@ class AttentionPass:
         self._eager = eager_attention(self.model)
         self._eager.__enter__()
         try:
-            self._hooks.attach((site, self._z_hook(b)) for b, site in enumerate(self.sites))
-            for b, module in enumerate(self.attention):
-                self._handles.append(module.register_forward_hook(self._weights_hook(b)))
+            self._hooks.attach([*((site, self._z_hook(b)) for b, site in enumerate(self.sites)),
+                                *((site, self._weights_hook(b)) for b, site in enumerate(self.patterns))])
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -169,8 +170,6 @@ class AttentionPass:
 
     def __exit__(self, *exc) -> None:
         self._hooks.remove()
-        while self._handles:
-            self._handles.pop().remove()
         if self._eager is not None:
             self._eager.__exit__(None, None, None)
             self._eager = None
@@ -219,40 +218,36 @@ def head_masses(model, prompts, roles: Sequence[np.ndarray], site: str, pad_id: 
 # ------------------------------------------------------------------------------------------ ablation
 
 
-def head_replacement(z, heads, values, head_dim: int):
-    """``z`` (R, T, H * head_dim) with head ``heads[r]``'s slice at the last position of row ``r`` replaced by
-    ``values[r]`` (R, head_dim); rows with ``heads[r] < 0`` are left alone. A new tensor."""
+def head_setter(site: HookSite | None, heads, values, head_dim: int) -> Setter:
+    """The :class:`~countlens.llm.patching.edits.Setter` of head ablation at ``site`` (an attention output
+    projection's input): head ``heads[r]``'s slice at the last position of batch row ``r`` replaced by
+    ``values[r]`` (R, head_dim); rows with ``heads[r] < 0`` are left alone."""
     import torch
 
-    heads = torch.as_tensor(heads, device=z.device)
+    heads = torch.as_tensor(heads)
     rows = torch.nonzero(heads >= 0).flatten()
-    out = z.clone()
-    if len(rows):
-        view = out.view(out.shape[0], out.shape[1], -1, head_dim)  # (R, T, H, hd)
-        view[rows, -1, heads[rows]] = torch.as_tensor(values, device=z.device, dtype=z.dtype)[rows]
-    return out
+    return Setter(site, torch.as_tensor(values)[rows], positions=torch.full((len(rows),), -1), rows=rows,
+                  head=heads[rows], width=head_dim)
 
 
-class HeadAblation:
+def head_replacement(z, heads, values, head_dim: int):
+    """``z`` (R, T, H * head_dim) with head ``heads[r]``'s slice at the last position of row ``r`` replaced by
+    ``values[r]`` (R, head_dim); rows with ``heads[r] < 0`` are left alone (:func:`head_setter`)."""
+    return head_setter(None, heads, values, head_dim).write(z)
+
+
+class HeadAblation(Patch):
     """Context manager: in block ``site.block``, replace head ``heads[r]``'s output at the last position (the
     boundary of a left-padded batch) of batch row ``r`` by ``values[r]`` (R, head_dim), at the input of the
-    attention output projection ``site``; ``heads[r] = -1`` leaves row ``r`` alone. Edits every forward it
-    spans (so score candidates after leaving it); hooks are removed on exit.
+    attention output projection ``site``; ``heads[r] = -1`` leaves row ``r`` alone (one :func:`head_setter`).
+    Edits every forward it spans (so score candidates after leaving it); hooks are removed on exit.
 
     >>> with HeadAblation(model, site, heads, values, head_dim):
     ...     model(input_ids, attention_mask=mask)
     """
 
     def __init__(self, model, site: HookSite, heads, values, head_dim: int):
-        self._hooks = HookSet(find_blocks(model))
-        self.site, self.heads, self.values, self.head_dim = site, heads, values, head_dim
-
-    def __enter__(self) -> HeadAblation:
-        self._hooks.attach([(self.site, lambda z: head_replacement(z, self.heads, self.values, self.head_dim))])
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._hooks.remove()
+        super().__init__(model, [head_setter(site, heads, values, head_dim)])
 
 
 class Readout:
@@ -351,5 +346,5 @@ def ablated_scores(model, prompts, candidates, sites: Sequence[HookSite], means,
 
 
 __all__ = ["QUERIES", "KINDS", "attention_masses", "target_excess", "mean_std", "item_masks", "eager_attention",
-           "AttentionPass", "head_masses", "head_replacement", "HeadAblation", "Readout", "PrefixBatch", "boundary_scores",
-           "ablated_scores"]
+           "AttentionPass", "head_masses", "head_setter", "head_replacement", "HeadAblation", "Readout", "PrefixBatch",
+           "boundary_scores", "ablated_scores"]

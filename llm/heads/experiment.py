@@ -22,16 +22,18 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
 
 from countlens.core.errors import ConfigError, UsageError, about, literal
-from countlens.core.locations import location_names, resolve_location, resolve_locations
+from countlens.core.fields import AtLeast, Nested, OneOf, check_fields
+from countlens.core.locations import location_names, resolve_locations
 from countlens.core.options import ExperimentConfig
+from countlens.core.registry import Experiment, declare
 from countlens.core.results import Result, result_provenance
 from countlens.llm.answers import MIN_LD_GAP, candidate_token_ids, normalised_ld
-from countlens.llm.capture.experiment import check_positive
 from countlens.llm.capture.residuals import (
     context_length,
     find_blocks,
@@ -51,6 +53,7 @@ from countlens.llm.heads.attention import (
 )
 from countlens.llm.hooks import attention_output_site, hook_sites
 from countlens.llm.models import LoadedModel, ModelRef, ModelSpec, load_model_config, load_tokenizer
+from countlens.llm.patching.edits import logit_difference
 from countlens.llm.positions.experiment import FLIPS, corrupted_twin
 from countlens.llm.prompts import Prompt, PromptSettings, arrangement, build_prompts
 
@@ -83,19 +86,17 @@ class HeadsConfig(ExperimentConfig):
     location: str | None = None
     batch_size: int = 8
 
+    FIELDS: ClassVar[dict] = {"model": Nested(ModelSpec, "model"), "prompts": Nested(PromptSettings),
+                              "ablate_prompts": AtLeast(0, " (0: no ablation)"), "flip": OneOf(FLIPS),
+                              "batch_size": AtLeast(1)}
+
     def validate(self) -> HeadsConfig:
-        """Raise :class:`ConfigError` naming the field of a config that cannot run (reads no file)."""
-        self.model.validate()
-        self.prompts.validate()
+        """Raise :class:`ConfigError` naming the field of a config that cannot run (reads no file); runs when
+        the config is built."""
+        check_fields(self, self.FIELDS, assign=True)
         if max(int(c) for c in self.prompts.counts) < 1:
             raise ConfigError("counts", "{counts} must hold a count >= 1: with no target there is no attention to "
                                         "the targets to measure and no twin with one target fewer")
-        if self.flip not in FLIPS:
-            raise ConfigError("flip", f"{{flip}} must be one of {', '.join(FLIPS)}, got {literal(repr(self.flip))}")
-        if int(self.ablate_prompts) < 0:
-            raise ConfigError("ablate_prompts", f"{{ablate_prompts}} must be >= 0 (0: no ablation), got "
-                                                f"{self.ablate_prompts}")
-        check_positive(self, "batch_size")
         if self.location is not None and not self.probes:
             raise ConfigError("location", "{location} names a probe location, but no {probes} file is given",
                               also=("probes",))
@@ -164,30 +165,21 @@ def prompt_roles(prompts: list[Prompt], settings: PromptSettings) -> list[np.nda
 
 
 def read_probe(path: str, location: str | None, ref: ModelRef, n_blocks: int, d: int) -> ProbeRead:
-    """The validation-selected probe of ``probes.json`` at ``path`` (at ``location``; default its best),
-    checked against the model: ``ConfigError("probes")`` for probes fitted on another model or width or
-    without coefficients, ``ConfigError("location")`` for a location the probes lack."""
-    from countlens.probes.experiments import ProbeResult
+    """The validation-selected probe of ``probes.json`` at ``path`` (at ``location``; default its best,
+    :func:`~countlens.llm.steering.experiment.chosen_probe`), checked against the model by the criterion of
+    :func:`~countlens.llm.steering.experiment.probe_mismatch` without a capture's rows: ``ConfigError("probes")``
+    for probes fitted on another model or width, at locations the model lacks, or without coefficients,
+    ``ConfigError("location")`` for a location the probes lack."""
+    from countlens.llm.steering.experiment import chosen_probe, probe_mismatch
+    from countlens.probes import ProbeResult
 
     with about("probes"):
         probes = ProbeResult.read(path)
-    source = probes.source or {}
-    names = [loc.name for loc in probes.locations]
-    mismatch = [what for what, ok in (("model", source.get("model") == ref.model_id), ("width", source.get("d") == d),
-                                      ("locations", bool(names) and set(names) <= set(location_names(n_blocks))))
-                if not ok]
+    mismatch = probe_mismatch(probes, ref.model_id, d, location_names(n_blocks))  # no capture: rows not checked
     if mismatch:
         raise ConfigError("probes", f"{{probes}} holds probes fitted on a capture of another model ({', '.join(mismatch)} "
                                     "differ); fit probes on a capture of this {model}", also=("model",))
-    if location is None:
-        chosen = probes.best_location()
-    else:
-        try:
-            chosen = probes.locations[resolve_location(names, location)]
-        except UsageError as exc:
-            raise ConfigError("location", "{location}: " + literal(str(exc))) from None
-    if not chosen.fits or chosen.fits[0].coef is None:
-        raise ConfigError("probes", "{probes} holds no probe coefficients; refit it with `countlens probe`")
+    chosen = chosen_probe(probes, location)
     fit = chosen.fits[0]
     return ProbeRead(chosen.name, location_names(n_blocks).index(chosen.name), np.asarray(fit.coef, dtype=np.float64),
                      float(fit.intercept))
@@ -197,7 +189,6 @@ def plan_heads(config: HeadsConfig, progress: bool = False) -> HeadsPlan:
     """Check ``config`` with the tokenizer and the model's config alone (no weights are read): the architecture
     (its attention output projection must be in the hook-site registry), the blocks, the prompts, their twins,
     the context length (each prompt and its longest answer) and the probe file."""
-    config.validate()
     ref = config.model.resolve(progress)
     tokenizer = load_tokenizer(ref)
     model_config = load_model_config(ref)
@@ -250,6 +241,7 @@ class HeadsResult(Result):
     FILE: ClassVar[str] = "heads.json"
     CSV: ClassVar[str] = "heads.csv"
     PROMPTS_CSV: ClassVar[str] = "heads_prompts.csv"
+    RECORDS: ClassVar[dict[str, str]] = {CSV: "heads", PROMPTS_CSV: "prompts"}
     COMMAND: ClassVar[str] = "countlens llm heads"
 
     config: dict[str, Any]
@@ -267,17 +259,6 @@ class HeadsResult(Result):
     min_gap: float = MIN_LD_GAP
     seconds: float = 0.0
     provenance: dict[str, Any] = field(default_factory=dict)
-
-    def tables(self) -> dict[str, tuple[list[str], list[list[Any]]]]:
-        out = {}
-        for name, rows in ((self.CSV, self.heads), (self.PROMPTS_CSV, self.prompts)):
-            header = list(rows[0]) if rows else []
-            out[name] = (header, [[r[k] for k in header] for r in rows])
-        return out
-
-    @classmethod
-    def file_names(cls) -> tuple[str, ...]:
-        return (cls.FILE, cls.CSV, cls.PROMPTS_CSV)
 
     def head(self, layer: int, head: int) -> dict[str, Any]:
         """The record of block ``layer``'s head ``head``."""
@@ -343,11 +324,11 @@ def run_heads(config: HeadsConfig, *, loaded: LoadedModel | None = None, progres
     mass_mean, mass_std, _ = mean_std(masses)  # (L, Q, H, 3)
     ex_mean, ex_std, _ = mean_std(excess)  # (L, Q, H)
     A = len(clean)
-    ld_clean = s_clean[:, 0] - s_clean[:, 1] if A else np.zeros(0)
-    ld_twin = s_twin[:, 0] - s_twin[:, 1] if A else np.zeros(0)
+    ld_clean = logit_difference(s_clean, 0, 1) if A else np.zeros(0)  # log p("n") − log p("n − 1")
+    ld_twin = logit_difference(s_twin, 0, 1) if A else np.zeros(0)
     ablation: dict[int, dict[str, np.ndarray]] = {}
     if A:
-        ld_abl = s_abl[..., 0] - s_abl[..., 1]  # (A, len(layers), H)
+        ld_abl = logit_difference(s_abl, 0, 1)  # (A, len(layers), H)
         norm = normalised_ld(ld_abl, ld_clean[:, None, None], ld_twin[:, None, None])
         change = ld_abl - ld_clean[:, None, None]
         shift = None
@@ -398,6 +379,20 @@ def run_heads(config: HeadsConfig, *, loaded: LoadedModel | None = None, progres
     return HeadsResult(config.to_dict(), loaded.model_id, plan.architecture, plan.n_blocks, H, plan.n_kv_heads,
                        int(head_dim), plan.layers if A else [], heads, prompt_rows, unnormalised, probe, MIN_LD_GAP,
                        round(time.perf_counter() - started, 3), result_provenance(config))
+
+
+
+declare(Experiment(
+    "heads", "Figure 12: the heads that read the items", HeadsConfig, run_heads, HeadsResult, order=200,
+    figure="countlens.llm.heads.figures:draw_heads", plot="countlens.llm.heads.figures:plot_heads", view="countlens.llm.heads.figures:heads_view", reads={"probes": "probe"},
+    presets={"quick": HeadsConfig,
+             # 96 prompts, 24 ablated.
+             "full": partial(HeadsConfig, prompts=PromptSettings(L=24, counts=list(range(1, 25)), per_count=1,
+                                                                 seeds=[0], configs=["count"]), ablate_prompts=24),
+             "test": partial(HeadsConfig, prompts=PromptSettings(L=8, counts=[1, 3, 5], per_count=1, pairs=[["a", "b"]],
+                                                                 configs=["count"], seeds=[0]), ablate_prompts=2)},
+    inherits=("model", "template"), uses_model=True, options={"progress": True}, study="where",
+    cli="countlens.llm.heads.cli"))
 
 
 __all__ = ["HeadsConfig", "HeadsPlan", "HeadsResult", "ProbeRead", "plan_heads", "run_heads", "read_probe",

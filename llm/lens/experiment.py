@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from countlens.core.capture import Capture, CaptureMeta, open_capture
 from countlens.core.errors import ConfigError, about, literal
+from countlens.core.fields import AtLeast, Checked, Fractions, Ints, Numbers, Optional, Text, check_fields
 from countlens.core.locations import location_label, location_names, resolve_locations
 from countlens.core.options import ExperimentConfig
+from countlens.core.registry import Experiment, declare
 from countlens.core.results import Result, result_provenance
-from countlens.core.store import acts_array, column, load_capture, read_meta
 from countlens.core.threads import blas_threads, torch_threads
 from countlens.llm.answers import candidate_token_ids
-from countlens.llm.capture.experiment import check_positive
 from countlens.llm.lens.readout import (
     FirstTokens,
     candidate_kl,
@@ -40,7 +42,7 @@ from countlens.llm.lens.readout import (
 from countlens.llm.models import LoadedModel, check_device, load_model_config, load_tokenizer
 
 if TYPE_CHECKING:
-    from countlens.probes.experiments import ProbeResult
+    from countlens.probes import ProbeResult
 
 LENSES = ("logit", "tuned")
 TUNED_ALPHAS = tuple(np.logspace(-4, 2, 13).tolist())  # relative ridge coefficients (multiples of n_train)
@@ -73,23 +75,15 @@ class LensConfig(ExperimentConfig):
     device: str = "cpu"
     threads: int | None = 1
 
+    FIELDS: ClassVar[dict] = {"acts": Text("a capture folder (`countlens llm capture`)"),
+                              "counts": Optional(Ints(minimum=0)), "alphas": Numbers(nonnegative=True),
+                              "fractions": Fractions(), "baseline_directions": AtLeast(1),
+                              "device": Checked(check_device), "threads": Optional(AtLeast(1))}
+
     def validate(self) -> LensConfig:
-        """Raise :class:`ConfigError` naming the field of a config that cannot run (reads no file)."""
-        if not str(self.acts).strip():
-            raise ConfigError("acts", "{acts} must name a capture folder (`countlens llm capture`)")
-        alphas = np.asarray(self.alphas, dtype=np.float64)
-        if alphas.size == 0 or not np.all(np.isfinite(alphas)) or np.any(alphas < 0):
-            raise ConfigError("alphas", "{alphas} must be a non-empty list of finite numbers >= 0, got "
-                                        + literal(list(self.alphas)))
-        if self.counts is not None and (not self.counts or min(int(c) for c in self.counts) < 0):
-            raise ConfigError("counts", f"{{counts}} must be a non-empty list of counts >= 0, got {self.counts}")
-        if len(self.fractions) != 3:
-            raise ConfigError("fractions", "{fractions} must be three fractions (train, validation, test), got "
-                                           + literal(list(self.fractions)))
-        check_positive(self, "baseline_directions")
-        if self.threads is not None and int(self.threads) < 1:
-            raise ConfigError("threads", f"{{threads}} must be >= 1, got {self.threads}")
-        check_device(self.device)
+        """Raise :class:`ConfigError` naming the field of a config that cannot run (reads no file); runs when
+        the config is built."""
+        check_fields(self, self.FIELDS)
         return self
 
 
@@ -108,6 +102,7 @@ class LensResult(Result):
     FILE: ClassVar[str] = "lens.json"
     CSV: ClassVar[str] = "lens.csv"
     ANGLES_CSV: ClassVar[str] = "angles.csv"
+    RECORDS: ClassVar[dict[str, str]] = {CSV: "rows", ANGLES_CSV: "angle_rows"}
     COMMAND: ClassVar[str] = "countlens llm lens"
 
     config: dict[str, Any]
@@ -123,35 +118,23 @@ class LensResult(Result):
     seconds: float = 0.0
     provenance: dict[str, Any] = field(default_factory=dict)
 
-    def tables(self) -> dict[str, tuple[list[str], list[list[Any]]]]:
-        out = {}
-        for name, rows in ((self.CSV, self.rows), (self.ANGLES_CSV, self.angle_rows)):
-            header = list(rows[0]) if rows else []
-            out[name] = (header, [[r[k] for k in header] for r in rows])
-        return out
-
-    @classmethod
-    def file_names(cls) -> tuple[str, ...]:
-        return (cls.FILE, cls.CSV, cls.ANGLES_CSV)
-
 
 # ----------------------------------------------------------------------------------------- checks
 
-def capture_settings(meta: dict[str, Any], field: str = "acts") -> dict[str, Any]:
-    """The recorded settings of a capture made by ``countlens llm capture``; ``ConfigError(field)`` for a
-    capture without its model recorded (a toy export)."""
-    settings = meta.get("settings") or {}
-    if not settings.get("model"):
+def capture_settings(meta: CaptureMeta, field: str = "acts") -> CaptureMeta:
+    """The metadata ``meta`` of a capture made by ``countlens llm capture``, checked to record its model;
+    ``ConfigError(field)`` for a capture without (a toy export)."""
+    if not meta.model_name:
         raise ConfigError(field, f"{{{field}}} records no model (a toy export?); a lens needs a capture made by "
                                  "`countlens llm capture`")
-    return settings
+    return meta
 
 
-def last_location(meta: dict[str, Any], field: str = "acts") -> int:
+def last_location(meta: CaptureMeta, field: str = "acts") -> int:
     """The index among the capture's locations of the last block's output; ``ConfigError(field)`` when the
     capture lacks it (captured with fewer ``--locations``)."""
-    n_blocks = meta.get("n_blocks")
-    names = list(meta.get("locations") or [])
+    n_blocks = meta.n_blocks
+    names = list(meta.locations)
     last = location_names(int(n_blocks))[-1] if n_blocks else None
     if last not in names:
         raise ConfigError(field, f"{{{field}}} lacks the last block's output ({literal(last)}): the lenses read "
@@ -159,28 +142,28 @@ def last_location(meta: dict[str, Any], field: str = "acts") -> int:
     return names.index(last)
 
 
-def candidate_counts(config: LensConfig, settings: dict[str, Any]) -> tuple[list[int], str]:
+def candidate_counts(config: LensConfig, meta: CaptureMeta) -> tuple[list[int], str]:
     """The candidate counts and the field they come from: ``counts``, else the capture's count range."""
     if config.counts is not None:
         return sorted({int(c) for c in config.counts}), "counts"
-    counts = [int(c) for c in settings["counts"]]
+    counts = [int(c) for c in meta.counts]
     return list(range(min(counts), max(counts) + 1)), "acts"
 
 
-def preflight_lens(config: LensConfig, meta: dict[str, Any]) -> tuple[FirstTokens, Any]:
+def preflight_lens(config: LensConfig, meta: CaptureMeta) -> tuple[FirstTokens, Any]:
     """What can be checked before any weights load: the capture's model has an output embedding and the
     candidates' tokens lie within its vocabulary (the tokenizer and the config only). Returns the
     candidates' :class:`~countlens.llm.lens.readout.FirstTokens` and the tokenizer."""
     from countlens.llm.steering.experiment import capture_spec
 
-    settings = capture_settings(meta)
-    ref = capture_spec(settings, config.device).resolve(progress=False)
+    meta = capture_settings(meta)
+    ref = capture_spec(meta, config.device).resolve(progress=False)
     tokenizer = load_tokenizer(ref)
     model_config = load_model_config(ref)
     check_unembedding(model_config)
     text = getattr(model_config, "text_config", None) or model_config
-    counts, where = candidate_counts(config, settings)
-    candidates = _candidates(tokenizer, counts, settings.get("template", "chat"), where)
+    counts, where = candidate_counts(config, meta)
+    candidates = _candidates(tokenizer, counts, meta.template or "chat", where)
     return first_tokens(candidates, counts, int(getattr(text, "vocab_size", None) or 2 ** 62), where), tokenizer
 
 
@@ -191,7 +174,7 @@ def _candidates(tokenizer, counts, template, where):
         raise ConfigError(where, "{" + where + "}: " + literal(exc)) from None
 
 
-def probe_coefficients(probes: ProbeResult, meta: dict[str, Any]) -> dict[str, np.ndarray]:
+def probe_coefficients(probes: ProbeResult, meta: CaptureMeta) -> dict[str, np.ndarray]:
     """Per location name the native coefficients of the first split seed's validation-selected probe of
     ``probes``, checked against the capture (:func:`countlens.llm.steering.experiment.check_probes`)."""
     from countlens.llm.steering.experiment import check_probes
@@ -201,11 +184,11 @@ def probe_coefficients(probes: ProbeResult, meta: dict[str, Any]) -> dict[str, n
             if loc.fits and loc.fits[0].coef is not None}
 
 
-def boundary_rows(ds) -> np.ndarray:
+def boundary_rows(capture: Capture) -> np.ndarray:
     """The rows of a capture that hold a boundary vector (all of them, but for an items capture's item rows)."""
-    if "item_index" in ds.column_names:
-        return np.flatnonzero(column(ds, "item_index") == -1)
-    return np.arange(len(ds))
+    if "item_index" in capture.columns:
+        return np.flatnonzero(capture.column("item_index") == -1)
+    return np.arange(len(capture))
 
 
 # ----------------------------------------------------------------------------------------- the run
@@ -213,22 +196,19 @@ def boundary_rows(ds) -> np.ndarray:
 def run_lens(config: LensConfig, *, loaded: LoadedModel | None = None, progress: bool = False) -> LensResult:
     """Figure 13 on the capture ``config.acts`` with its own model (``loaded`` reuses it, already loaded).
     Everything a bad input can break is checked before the model loads."""
-    config.validate()
     with torch_threads(config.threads), blas_threads(config.threads):
         return _run_lens(config, loaded, progress)
 
 
 def _run_lens(config: LensConfig, loaded: LoadedModel | None, progress: bool) -> LensResult:
     from countlens.llm.steering.experiment import capture_model
-    from countlens.probes.experiments import ProbeResult
-    from countlens.probes.splits import split_rows
+    from countlens.probes import ProbeResult, split_rows
 
     started = time.perf_counter()
     with about("acts"):
-        meta = read_meta(config.acts)
-        ds = load_capture(config.acts)
-    settings = capture_settings(meta)
-    names = list(meta["locations"])
+        capture = open_capture(config.acts)
+    meta = capture_settings(capture.meta)
+    names = list(meta.locations)
     last = last_location(meta)
     with about("locations"):
         chosen = resolve_locations(names, config.locations)
@@ -236,18 +216,18 @@ def _run_lens(config: LensConfig, loaded: LoadedModel | None, progress: bool) ->
     if config.probes:
         with about("probes"):
             probes = probe_coefficients(ProbeResult.read(config.probes), meta)
-    rows = boundary_rows(ds)
+    rows = boundary_rows(capture)
     parts = split_rows(len(rows), config.seed, tuple(config.fractions))  # ConfigError("fractions")
     tokens, tokenizer = preflight_lens(config, meta)
     if loaded is None:
-        loaded = capture_model(settings, config.device, progress)
+        loaded = capture_model(meta, config.device, progress)
     head = output_head(loaded.model)
-    counts, where = candidate_counts(config, settings)
-    tokens = first_tokens(_candidates(loaded.tokenizer, counts, settings.get("template", "chat"), where), counts,
+    counts, where = candidate_counts(config, meta)
+    tokens = first_tokens(_candidates(loaded.tokenizer, counts, meta.template or "chat", where), counts,
                           head.vocab_size, where)
-    subset = ds.select(rows) if len(rows) != len(ds) else ds
-    acts = acts_array(subset, dtype=np.float32)  # (P, locations, d)
-    n = column(subset, "n").astype(np.int64)
+    subset = capture.select(rows) if len(rows) != len(capture) else capture
+    acts = subset.all_acts(np.float32)  # (P, locations, d)
+    n = subset.counts().astype(np.int64)
     train, val, test = parts
     model_test = read_through(head, acts[test, last], tokens, n[test])
     model_val = first_logits(head, acts[val, last], tokens)
@@ -307,6 +287,14 @@ def _as_index(ids, head):
     import torch
 
     return torch.as_tensor(np.asarray(ids), device=head.weight.device)
+
+
+
+declare(Experiment(
+    "lens", "Figure 13: lenses at the boundary", LensConfig, run_lens, LensResult, order=210, figure="countlens.llm.lens.figures:draw_lens", plot="countlens.llm.lens.figures:plot_lens",
+    view="countlens.llm.lens.figures:lens_view", reads={"acts": "capture", "probes": "probe"},
+    presets={"quick": LensConfig, "full": LensConfig, "test": partial(LensConfig, baseline_directions=50)},
+    inherits=("device",), uses_model=True, options={"progress": True}, study="where", cli="countlens.llm.lens.cli"))
 
 
 __all__ = ["LENSES", "TUNED_ALPHAS", "LENS_FRACTIONS", "LensConfig", "LensResult", "capture_settings",

@@ -281,7 +281,7 @@ class RidgeMap:
     def __init__(self, X: np.ndarray, Y: np.ndarray, standardize: bool = True):
         # The probes' room (scikit-learn behind it) loads only when a lens is fitted: a command's check runs
         # before it, in seconds.
-        from countlens.probes.ridge import penalty_unit, standardisation
+        from countlens.probes import penalty_unit, standardisation
 
         X = np.asarray(X, dtype=np.float64)
         Y = np.asarray(Y, dtype=np.float64)

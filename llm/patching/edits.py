@@ -1,9 +1,11 @@
-"""Causal tests at the assistant boundary: activation patching and steering along a probe (docs/definitions.md §2).
+"""The one patch mechanism (a :class:`Setter` says what to write where, a :class:`Patch` holds setters during a
+forward, a metric scores the patched run) and the causal tests at the assistant boundary built on it: activation
+patching and steering along a probe (docs/definitions.md §2), and patching over positions and layers.
 
-Both edit one residual vector per prompt — the boundary position's, at one location — during the prompt pass,
-and let the forward continue. Location 0 is the input to block 0, location ``l >= 1`` the output of block
-``l - 1`` (the capture's locations, at the hook sites of :mod:`countlens.llm.hooks`). **Only the boundary
-position is edited**: the items' positions keep their
+Boundary patching and steering edit one residual vector per prompt — the boundary position's, at one
+location — during the prompt pass, and let the forward continue. Location 0 is the input to block 0, location
+``l >= 1`` the output of block ``l - 1`` (the capture's locations, at the hook sites of
+:mod:`countlens.llm.hooks`). **Only the boundary position is edited**: the items' positions keep their
 own vectors, so later blocks can re-read the items through attention. A patch that moves the answer at
 location ℓ therefore shows that the count is *committed* at the boundary by ℓ; one that does not may still
 mean the count is re-derived later.
@@ -25,6 +27,7 @@ import contextlib
 import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -32,6 +35,7 @@ from countlens.llm.answers import (
     ANSWER_TOKENS,
     Answers,
     answer_batch,
+    answer_distribution,
     answer_prompts,
     answer_token_ids,
     candidate_token_ids,
@@ -40,11 +44,120 @@ from countlens.llm.answers import (
     stop_token_ids,
 )
 from countlens.llm.capture.residuals import find_blocks, pad_batch, pad_token_id
-from countlens.llm.hooks import HookSet, hook_sites
+from countlens.llm.hooks import HookSet, HookSite, hook_sites
+
+# ------------------------------------------------------------------------ the one patch mechanism
+#
+# Every causal experiment writes into a forward the same way (TransformerLens's ``generic_activation_patch``,
+# split as ``patch_setter`` and ``patching_metric``): a :class:`Setter` says what to write where — a hook site of
+# :mod:`countlens.llm.hooks` (a residual location, the heads' outputs at a block's attention output projection),
+# which batch rows and token positions, which slice of the last axis (one head's, or all of it), and the value
+# (a replacement — another run's activation, a mean or zeros — or a step added) —; a :class:`Patch` holds setters
+# active during every forward it spans, every hook through :class:`~countlens.llm.hooks.HookSet`; a metric scores
+# the patched run from its candidates' teacher-forced log-probabilities (:func:`logit_difference`,
+# :func:`expected_count`, :func:`~countlens.llm.answers.normalised_ld`). How the patched forward runs is the one
+# thing experiments choose, for speed: a whole prompt pass (:func:`scored_answers`: boundary patching, steering),
+# the corrupted run replayed below the patched site (:class:`PositionPatcher`: Figure 11), or one boundary step
+# from the prompt's cache (:func:`countlens.llm.heads.attention.ablated_scores`: head ablation).
+
+SETTER_MODES = ("replace", "add")
 
 
-class BoundaryEdit:
-    """Context manager: edit the boundary vector at ``location`` during every forward it spans.
+@dataclass
+class Setter:
+    """What to write where. At hook site ``site``, in batch rows ``rows`` ((R,), ``None``: every row, R = B),
+    at token ``positions`` ((R,) one per row, negative from the end; ``None``: every position), into the last
+    axis — all of it, or with ``head`` ((R,) one per row) the slice ``head * width .. (head + 1) * width`` —
+    ``value`` is written: replaced (``mode="replace"``; a mean or zero ablation is a replacement by the mean or by
+    zeros) or added (``"add"``). ``value``: (R, w) one per row or (w,) for all; with ``positions=None`` also
+    (R, T, w). A forward whose sequence does not reach the positions (a decode step one token long after a
+    prompt pass; or, with ``positions=None``, a length other than the value's T) is left alone."""
+
+    site: Any
+    value: Any
+    positions: Any = None
+    rows: Any = None
+    mode: str = "replace"
+    head: Any = None
+    width: int | None = None
+
+    def __post_init__(self):
+        import torch
+
+        if self.mode not in SETTER_MODES:
+            raise ValueError(f"mode must be one of {SETTER_MODES}, got {self.mode!r}")
+        if (self.head is None) != (self.width is None):
+            raise ValueError("give a head's width with its head, and neither for the whole vector")
+        self.value = torch.as_tensor(self.value)
+        self.positions = None if self.positions is None else torch.as_tensor(self.positions, dtype=torch.long)
+        self.rows = None if self.rows is None else torch.as_tensor(self.rows, dtype=torch.long)
+        self.head = None if self.head is None else torch.as_tensor(self.head, dtype=torch.long)
+
+    def reaches(self, hidden) -> bool:
+        """Whether a forward whose site sees ``hidden`` (B, T, ...) is one this setter writes into."""
+        if self.positions is None:
+            return self.value.dim() < 3 or self.value.shape[1] == hidden.shape[1]
+        return len(self.positions) > 0 and hidden.shape[1] > int(self.positions.max())
+
+    def write(self, hidden):
+        """``hidden`` (B, T, D) with the setter applied: a new tensor (the input is not modified), or
+        ``hidden`` itself where the forward is not reached."""
+        import torch
+
+        if not self.reaches(hidden):
+            return hidden
+        B, T, D = hidden.shape
+        device = hidden.device
+        rows = torch.arange(B, device=device) if self.rows is None else self.rows.to(device)
+        width = D if self.width is None else int(self.width)
+        heads = torch.zeros_like(rows) if self.head is None else self.head.to(device)
+        value = self.value.to(device, hidden.dtype)
+        out = hidden.clone(memory_format=torch.contiguous_format)
+        view = out.view(B, T, D // width, width)  # (B, T, units, width): one unit, or the heads side by side
+        if self.positions is None:
+            where = (rows, slice(None), heads)  # -> (R, T, width)
+            if value.dim() == 2:
+                value = value[:, None]
+        else:
+            where = (rows, self.positions.to(device), heads)  # -> (R, width)
+        view[where] = value if self.mode == "replace" else view[where] + value
+        return out
+
+
+class Patch:
+    """Context manager: the :class:`Setter` s ``setters`` active during every forward it spans, each one hook
+    registered through :class:`~countlens.llm.hooks.HookSet` on the decoder blocks of ``model`` (in order; all
+    or none: a setter that fails to hook removes those before it), all removed on exit, also after an error.
+
+    >>> with Patch(model, [Setter(site, value, positions=index)]):
+    ...     model(input_ids, attention_mask=mask)
+    """
+
+    def __init__(self, model, setters: Sequence[Setter]):
+        self.setters = list(setters)
+        self._hooks = HookSet(find_blocks(model))
+
+    def __enter__(self) -> Patch:
+        self._hooks.attach((s.site, s.write) for s in self.setters)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._hooks.remove()
+
+
+def boundary_setter(site, boundary_index, value, mode: str = "replace", rows: Sequence[int] | None = None) -> Setter:
+    """A :class:`Setter` of the boundary vector at ``site``: ``boundary_index`` (B,) positions of every batch row;
+    ``rows`` (optional) restricts it to those rows, ``value`` then holding one vector per listed row."""
+    import torch
+
+    index = torch.as_tensor(boundary_index, dtype=torch.long)
+    rows = torch.arange(len(index)) if rows is None else torch.as_tensor(list(rows), dtype=torch.long)
+    return Setter(site, value, positions=index[rows], rows=rows, mode=mode)
+
+
+class BoundaryEdit(Patch):
+    """Context manager: edit the boundary vector at residual ``location`` during every forward it spans (one
+    :class:`Setter`, :func:`boundary_setter`).
 
     >>> with BoundaryEdit(model, location=5, boundary_index=index, replace=vectors):   # vectors (B, d)
     ...     model(input_ids, attention_mask=mask)
@@ -58,36 +171,17 @@ class BoundaryEdit:
 
     def __init__(self, model, location: int, boundary_index, replace=None, add=None,
                  rows: Sequence[int] | None = None):
-        import torch
-
         if (replace is None) == (add is None):
             raise ValueError("give exactly one of replace or add")
-        self.blocks = find_blocks(model)
         self.location = int(location)
-        [self.site] = hook_sites([self.location], len(self.blocks))
-        index = torch.as_tensor(boundary_index, dtype=torch.long)
-        self.rows = torch.arange(len(index)) if rows is None else torch.as_tensor(list(rows), dtype=torch.long)
-        self.index = index[self.rows]
-        self.value = torch.as_tensor(replace if replace is not None else add)
-        self.mode = "replace" if replace is not None else "add"
-        self._hooks = HookSet(self.blocks)
+        [self.site] = hook_sites([self.location], len(find_blocks(model)))
+        mode = "replace" if replace is not None else "add"
+        self.setter = boundary_setter(self.site, boundary_index, replace if add is None else add, mode, rows)
+        super().__init__(model, [self.setter])
 
     def edit(self, hidden):
         """``hidden`` (B, T, d) with the edit applied (a new tensor; the input is not modified)."""
-        if hidden.shape[1] <= int(self.index.max()):
-            return hidden
-        rows, index = self.rows.to(hidden.device), self.index.to(hidden.device)
-        value = self.value.to(hidden.device, hidden.dtype)
-        out = hidden.clone()
-        out[rows, index] = value if self.mode == "replace" else out[rows, index] + value
-        return out
-
-    def __enter__(self) -> BoundaryEdit:
-        self._hooks.attach([(self.site, self.edit)])
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._hooks.remove()
+        return self.setter.write(hidden)
 
 
 def steering_vector(w: np.ndarray, delta: float) -> np.ndarray:
@@ -118,20 +212,25 @@ def random_direction(w: np.ndarray, seed: int) -> np.ndarray:
 
 def boundary_edits(model, edits):
     """``context(rows, boundary_index)`` for one batch of prompts (:func:`~countlens.llm.answers.answer_prompts`,
-    :func:`~countlens.llm.answers.candidate_logprobs`): the boundary edits ``edits[r] = (location, mode,
-    vector)`` of its rows ``rows``, ``mode`` ``"replace"`` or ``"add"``, ``vector`` (d,). Rows of a batch that
-    share a location and mode share one :class:`BoundaryEdit`."""
+    :func:`~countlens.llm.answers.candidate_logprobs`): the boundary edits ``edits[r] = (where, mode, vector)``
+    of its rows ``rows`` — ``where`` a residual location index or a :class:`~countlens.llm.hooks.HookSite`,
+    ``mode`` ``"replace"`` or ``"add"``, ``vector`` (w,) — as one :class:`Patch`; rows of a batch that share a
+    site and mode share one :class:`Setter`."""
     import torch
 
+    blocks = find_blocks(model)
+
     def context(rows, index):
-        groups: dict[tuple[int, str], list[int]] = {}
+        groups: dict[tuple[Any, str], list[int]] = {}
         for b, r in enumerate(rows):
-            groups.setdefault((int(edits[r][0]), edits[r][1]), []).append(b)
-        with contextlib.ExitStack() as stack:  # a failure while entering one edit exits those entered
-            for (location, mode), mine in groups.items():
-                value = torch.stack([torch.as_tensor(edits[rows[b]][2], dtype=torch.float32) for b in mine])
-                stack.enter_context(BoundaryEdit(model, location, index, rows=mine, **{mode: value}))
-            return stack.pop_all()
+            where = edits[r][0]
+            groups.setdefault((where if isinstance(where, HookSite) else int(where), edits[r][1]), []).append(b)
+        setters = []
+        for (where, mode), mine in groups.items():
+            site = where if isinstance(where, HookSite) else hook_sites([where], len(blocks))[0]
+            value = torch.stack([torch.as_tensor(edits[rows[b]][2], dtype=torch.float32) for b in mine])
+            setters.append(boundary_setter(site, index, value, mode, mine))
+        return Patch(model, setters)
 
     return context
 
@@ -180,6 +279,28 @@ def scored_answers(model, tokenizer, prompts, counts: Sequence[int], template: s
                          scores)
 
 
+# ------------------------------------------------------------------------------------------- metrics
+#
+# What a patched run is scored by: functions of its candidates' teacher-forced log-probabilities (K candidate
+# answers, :func:`~countlens.llm.answers.score_candidates`), so every runner above feeds every metric.
+
+
+def logit_difference(logprobs: np.ndarray, a, b) -> np.ndarray:
+    """``log p(a) − log p(b)`` in nats: ``logprobs`` (..., K) candidates' log-probabilities, ``a`` and ``b``
+    candidate columns — two ints, or one column per row ((R,) each, ``logprobs`` (R, K)) -> (...,)."""
+    lp = np.asarray(logprobs, dtype=np.float64)
+    if np.ndim(a) == 0 and np.ndim(b) == 0:
+        return lp[..., int(a)] - lp[..., int(b)]
+    rows = np.arange(lp.shape[0])
+    return lp[rows, np.asarray(a, dtype=np.int64)] - lp[rows, np.asarray(b, dtype=np.int64)]
+
+
+def expected_count(logprobs: np.ndarray, counts: Sequence[int]) -> np.ndarray:
+    """Σ k p(k) per row (R,) of candidate log-probabilities (R, K) for the candidate counts ``counts`` (K,)
+    (:func:`~countlens.llm.answers.answer_distribution`'s ``expected``)."""
+    return answer_distribution(logprobs, counts).expected
+
+
 # ------------------------------------------------------------------ patching over positions and layers
 #
 # Figure 11: the clean run's residual at (location ℓ, position p) replaces the corrupted run's, and the forward
@@ -205,18 +326,20 @@ def _full_cache():
     return DynamicCache()
 
 
-def residual_runs(model, ids):
+def residual_runs(model, ids, site: str | None = None):
     """One forward of the unpadded rows ``ids`` (R, T) keeping every location's residual at every position.
 
     Returns ``(resid, logits, cache)``: ``resid`` (R, n_blocks + 1, T, d) in the model's dtype (the hook sites of
     :mod:`countlens.llm.hooks`), ``logits`` (R, V) float32 at the last position, ``cache`` the run's KV cache
-    with full-length layers (:func:`_full_cache`)."""
+    with full-length layers (:func:`_full_cache`). With ``site`` (a kind of :data:`countlens.llm.hooks.SITES`
+    other than ``resid``) a fourth item: the activations at every site of that kind, (R, n_sites, T, w)."""
     import torch
 
     from countlens.llm.answers import _forward
 
     blocks, sites = _location_sites(model)
-    out: list = [None] * len(sites)
+    extra = [] if site in (None, "resid") else hook_sites(range(len(blocks)), len(blocks), site)
+    out: list = [None] * (len(sites) + len(extra))
 
     def keeper(slot):
         def keep(hidden):
@@ -226,12 +349,21 @@ def residual_runs(model, ids):
     T = ids.shape[1]
     mask = torch.ones_like(ids)
     positions = torch.arange(T, device=ids.device)[None].expand(ids.shape[0], T)
-    with HookSet(blocks).attach((site, keeper(i)) for i, site in enumerate(sites)):
+    with HookSet(blocks).attach((s, keeper(i)) for i, s in enumerate([*sites, *extra])):
         logits, cache = _forward(model, ids, mask, positions, _full_cache(), last_only=True)
     if any(o is None for o in out):
         raise RuntimeError("a hook did not fire; the model's blocks were not called in order")
     device = out[0].device
-    return torch.stack([o.to(device) for o in out], dim=1), logits, cache
+    resid = torch.stack([o.to(device) for o in out[:len(sites)]], dim=1)
+    if site in (None, "resid"):
+        return resid, logits, cache
+    return resid, logits, cache, torch.stack([o.to(device) for o in out[len(sites):]], dim=1)
+
+
+def replayed_blocks(site) -> int:
+    """How many blocks below hook site ``site`` a cached patched run replays: every block whose output does
+    not depend on the site (a block's own output hook still fires on its replayed output)."""
+    return site.block + 1 if site.module == "" and site.when == "post" else site.block
 
 
 def _prefix_cache(cache, row: int, length: int, rows: int):
@@ -273,21 +405,23 @@ def _replayed(blocks, n: int, cache, outputs, keys, values, rows: int):
 
 
 class PositionPatcher:
-    """Patch one clean prompt's residual into its corrupted twin at (location, position) cells, scoring
+    """Patch one clean prompt's activation into its corrupted twin at (site, position) cells, scoring
     candidate answers from each patched run (all tokens teacher-forced, :func:`~countlens.llm.answers.
     score_candidates`).
 
     ``clean_ids``, ``corrupt_ids``: (T,) token ids of the same length (one prompt each, no padding);
-    ``candidates``: K token-id lists. :attr:`clean` and :attr:`corrupt` are the unpatched runs' (K,)
-    log-probabilities; :meth:`logprobs` the patched runs'. ``method``: ``"cached"`` (the corrupted run's cache
-    and residuals reused, see above) or ``"naive"`` (one whole forward of the corrupted prompt per cell, the
-    edit a :class:`BoundaryEdit` at that position; the reference). ``batch_size`` patched runs share a forward.
-    With ``skip_unchanged`` a cell whose clean vector equals the corrupted one exactly (every position before
-    the changed token; at the embeddings every other position) is the corrupted run itself, and is not run.
+    ``candidates``: K token-id lists. ``site``: the kind of hook site patched (:data:`countlens.llm.hooks.SITES`;
+    ``resid``, the default, indexes the residual locations; ``attn_z:{arch}`` the blocks' heads, one head at a
+    time with ``head_dim``). :attr:`clean` and :attr:`corrupt` are the unpatched runs' (K,) log-probabilities;
+    :meth:`logprobs` the patched runs'. ``method``: ``"cached"`` (the corrupted run's cache and residuals
+    reused, see above) or ``"naive"`` (one whole forward of the corrupted prompt per cell, the same
+    :class:`Setter`; the reference). ``batch_size`` patched runs share a forward. With ``skip_unchanged`` a
+    cell whose clean value equals the corrupted one exactly (every position before the changed token; at the
+    embeddings every other position) is the corrupted run itself, and is not run.
     """
 
     def __init__(self, model, clean_ids, corrupt_ids, candidates, method: str = "cached", batch_size: int = 16,
-                 skip_unchanged: bool = True):
+                 skip_unchanged: bool = True, site: str = "resid", head_dim: int | None = None):
         import torch
 
         if method not in PATCH_METHODS:
@@ -299,8 +433,13 @@ class PositionPatcher:
         self.model, self.ids, self.candidates = model, ids, [list(c) for c in candidates]
         self.method, self.batch_size, self.skip_unchanged = method, int(batch_size), skip_unchanged
         self.blocks, self.sites = _location_sites(model)
+        self.site, self.head_dim = site, head_dim
         self.T = ids.shape[1]
-        self.resid, logits, cache = residual_runs(model, ids)  # (2, N+1, T, d)
+        runs = residual_runs(model, ids, site)
+        self.resid, logits, cache = runs[:3]  # (2, N+1, T, d)
+        self.values = self.resid if len(runs) == 3 else runs[3]  # (2, n_sites, T, w): what a cell writes
+        if len(runs) > 3:
+            self.sites = hook_sites(range(len(self.blocks)), len(self.blocks), site)
         if method == "cached" and not isinstance(getattr(cache, "layers", None), list):
             self.method = "naive"  # an old transformers cache without per-layer objects: no reuse
         mask = torch.ones_like(ids)
@@ -310,28 +449,38 @@ class PositionPatcher:
         self.cache = cache
         self.runs = 0  # patched forwards actually run (batches x rows)
 
-    def unchanged(self, location: int, position: int) -> bool:
-        """Whether the clean and corrupted residuals at (location, position) are equal (the patch is a no-op)."""
+    def _value(self, run: int, index: int, positions, head: int | None):
+        value = self.values[run, index, positions]  # (..., w)
+        if head is None:
+            return value
+        return value[..., head * self.head_dim:(head + 1) * self.head_dim]
+
+    def unchanged(self, location: int, position: int, head: int | None = None) -> bool:
+        """Whether the clean and corrupted values at (site ``location``, position) are equal (the patch is a
+        no-op)."""
         import torch
 
-        return bool(torch.equal(self.resid[0, location, position], self.resid[1, location, position]))
+        return bool(torch.equal(self._value(0, location, position, head), self._value(1, location, position, head)))
 
-    def logprobs(self, location: int, positions) -> np.ndarray:
-        """(len(positions), K) log-probabilities of the candidates after patching each position at ``location``."""
+    def logprobs(self, location: int, positions, head: int | None = None) -> np.ndarray:
+        """(len(positions), K) log-probabilities of the candidates after patching each position at site
+        ``location`` (a residual location, or a block for a per-block site; ``head``: one head's slice)."""
         positions = [int(p) for p in positions]
         if any(p < 0 or p >= self.T for p in positions):
             raise ValueError(f"positions must lie in 0..{self.T - 1}")
+        if head is not None and (self.site == "resid" or self.head_dim is None):
+            raise ValueError("patching one head needs a per-head site and its head_dim")
         out = np.zeros((len(positions), len(self.candidates)))
         todo = []
         for j, p in enumerate(positions):
-            if self.skip_unchanged and self.unchanged(location, p):
+            if self.skip_unchanged and self.unchanged(location, p, head):
                 out[j] = self.corrupt
             else:
                 todo.append(j)
         todo.sort(key=lambda j: positions[j])
         run = self._cached if self.method == "cached" else self._naive
         for mine in self._batches(todo):
-            out[mine] = run(location, [positions[j] for j in mine])
+            out[mine] = run(location, [positions[j] for j in mine], head)
             self.runs += len(mine)
         return out
 
@@ -342,6 +491,14 @@ class PositionPatcher:
         for start in range(0, len(todo), self.batch_size):
             yield todo[start:start + self.batch_size]
 
+    def _setter(self, location: int, positions: list[int], head: int | None, shift: int = 0) -> Setter:
+        """The clean values of ``positions`` written at ``positions - shift`` of a batch of one row each."""
+        value = self._value(0, location, positions, head)  # (rows, w)
+        at = [p - shift for p in positions]
+        if head is None:
+            return Setter(self.sites[location], value, positions=at)
+        return Setter(self.sites[location], value, positions=at, head=[head] * len(at), width=self.head_dim)
+
     def _score(self, logits, cache, rows: int) -> np.ndarray:
         import torch
 
@@ -350,7 +507,7 @@ class PositionPatcher:
         last = torch.full((rows, 1), self.T - 1, device=device)
         return score_candidates(self.model, logits, cache, mask, last, self.candidates)
 
-    def _naive(self, location: int, positions: list[int]) -> np.ndarray:
+    def _naive(self, location: int, positions: list[int], head: int | None = None) -> np.ndarray:
         import torch
 
         from countlens.llm.answers import _forward
@@ -359,12 +516,11 @@ class PositionPatcher:
         ids = self.ids[1:2].expand(rows, -1)
         mask = torch.ones_like(ids)
         pos_ids = torch.arange(self.T, device=ids.device)[None].expand(rows, -1)
-        value = self.resid[0, location, positions]  # (rows, d)
-        with BoundaryEdit(self.model, location, torch.tensor(positions), replace=value):
+        with Patch(self.model, [self._setter(location, positions, head)]):
             logits, cache = _forward(self.model, ids, mask, pos_ids, last_only=True)
         return self._score(logits, cache, rows)
 
-    def _cached(self, location: int, positions: list[int]) -> np.ndarray:
+    def _cached(self, location: int, positions: list[int], head: int | None = None) -> np.ndarray:
         import torch
 
         from countlens.llm.answers import _forward
@@ -377,8 +533,7 @@ class PositionPatcher:
         kept = self.resid[1, 1:, start:]  # (N, T', d): block i's stored output
         keys = [layer.keys[1, :, start:] for layer in self.cache.layers]
         values = [layer.values[1, :, start:] for layer in self.cache.layers]
-        value = self.resid[0, location, positions]  # (rows, d)
-        edit = BoundaryEdit(self.model, location, torch.tensor(positions) - start, replace=value)
-        with _replayed(self.blocks, location, cache, kept, keys, values, rows), edit:
+        patch = Patch(self.model, [self._setter(location, positions, head, shift=start)])
+        with _replayed(self.blocks, replayed_blocks(self.sites[location]), cache, kept, keys, values, rows), patch:
             logits, cache = _forward(self.model, ids, mask, pos_ids, cache, last_only=True)
         return self._score(logits, cache, rows)

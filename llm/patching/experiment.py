@@ -11,6 +11,7 @@ would *answer* the source count (a rise of p("n_s") from 1e-4 to 1e-3 scores the
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections import Counter
@@ -20,8 +21,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from countlens.core.errors import ConfigError
+from countlens.core.fields import AtLeast, Nested, Positive, check_fields
 from countlens.core.locations import location_label, location_names
 from countlens.core.options import ExperimentConfig
+from countlens.core.registry import Experiment, declare
 from countlens.core.results import Result, result_provenance
 from countlens.llm.answers import (
     ANSWER_TOKENS,
@@ -31,7 +34,6 @@ from countlens.llm.answers import (
     candidate_token_ids,
     normalised_ld,
 )
-from countlens.llm.capture.experiment import check_positive
 from countlens.llm.capture.residuals import (
     BoundaryCapture,
     context_length,
@@ -41,8 +43,35 @@ from countlens.llm.capture.residuals import (
 )
 from countlens.llm.hooks import residual_locations
 from countlens.llm.models import LoadedModel, ModelRef, ModelSpec, load_model_config, load_tokenizer
-from countlens.llm.patching.edits import scored_answers
-from countlens.llm.prompts import Prompt, PromptSettings, build_prompts
+from countlens.llm.patching.edits import logit_difference, scored_answers
+from countlens.llm.prompts import DEFAULT_PAIRS, Prompt, PromptSettings, build_prompts
+
+
+def _patching_prompts() -> PromptSettings:
+    """Figure 9a's quick prompt set: L = 64, one token pair, wording and seed (its counts: the default sources
+    and targets)."""
+    return PromptSettings(L=64, counts=[3, 6, 9, 12], per_count=1, pairs=[["a", "b"]], configs=["count"], seeds=[0])
+
+
+# The prompt settings an older patching.json wrote flat, beside the sources and targets.
+_FLAT_PROMPTS = ("L", "per_count", "pairs", "configs", "seeds", "template")
+
+
+def _check_count_pairs(sources, targets, L: int) -> list[int]:
+    """``ConfigError`` naming ``sources`` or ``targets`` unless they are equally long, non-empty, in ``0..L`` and
+    pairwise different; returns the prompt set's counts (every source and target, sorted, once)."""
+    if not sources or len(sources) != len(targets):
+        raise ConfigError("sources", f"{{sources}} and {{targets}} must be equally long, non-empty count lists, "
+                                     f"got {len(sources)} and {len(targets)}", also=("targets",))
+    for name, counts in (("sources", sources), ("targets", targets)):
+        counts = [int(c) for c in counts]
+        if min(counts) < 0 or max(counts) > int(L):
+            raise ConfigError(name, f"{{{name}}} must lie in 0..{L} (at most {{L}}), got "
+                                    f"{min(counts)}..{max(counts)}", also=("L",))
+    if any(int(s) == int(t) for s, t in zip(sources, targets, strict=True)):
+        raise ConfigError("sources", "a source count equals its target count in {sources} and {targets}; a "
+                                     "patch must change the count", also=("targets",))
+    return sorted({int(c) for c in [*sources, *targets]})
 
 
 @dataclass
@@ -53,72 +82,61 @@ class PatchingConfig(ExperimentConfig):
     all), with ``model`` (:class:`~countlens.llm.models.ModelSpec`); each answer is at most
     ``answer_tokens`` greedy tokens; every candidate answer of the count range is also teacher-forced from the
     same prompt pass (``normalised_ld``, the expected count), pairs whose source and target logit
-    differences are closer than ``min_gap`` nats left out of ``normalised_ld``. The default ``L = 64`` keeps the
-    prompts short: the experiment costs one prompt pass per pair and location, and small counts are where a
-    135M model answers at all."""
+    differences are closer than ``min_gap`` nats left out of ``normalised_ld``. ``prompts``
+    (:class:`~countlens.llm.prompts.PromptSettings`, nested as in every experiment): the prompt set holding every
+    source and target prompt; its ``counts`` are the sources and targets (set from them). The default ``L = 64``
+    keeps the prompts short: the experiment costs one prompt pass per pair and location, and small counts are
+    where a 135M model answers at all."""
 
     model: ModelSpec = field(default_factory=ModelSpec)
-    L: int = 64
+    prompts: PromptSettings = field(default_factory=_patching_prompts)
     sources: list[int] = field(default_factory=lambda: [12, 9, 6, 3])
     targets: list[int] = field(default_factory=lambda: [3, 6, 9, 12])
-    per_count: int = 1
-    pairs: list[list[str]] = field(default_factory=lambda: [["a", "b"]])
-    configs: list[str] = field(default_factory=lambda: ["count"])
-    seeds: list[int] = field(default_factory=lambda: [0])
-    template: str = "chat"
     locations: str | None = None
     batch_size: int = 16
     answer_tokens: int = ANSWER_TOKENS
     min_gap: float = MIN_LD_GAP
 
+    FIELDS: ClassVar[dict] = {"model": Nested(ModelSpec, "model"), "prompts": Nested(PromptSettings),
+                              "batch_size": AtLeast(1), "answer_tokens": AtLeast(1), "min_gap": Positive("nats")}
+
     def validate(self) -> PatchingConfig:
-        """Raise :class:`ConfigError` naming the field of a config that cannot run."""
-        self.model.validate()
-        if not self.sources or len(self.sources) != len(self.targets):
-            raise ConfigError("sources", f"{{sources}} and {{targets}} must be equally long, non-empty count lists, "
-                                         f"got {len(self.sources)} and {len(self.targets)}", also=("targets",))
-        if int(self.L) < 1:
-            raise ConfigError("L", f"{{L}} must be >= 1, got {self.L}")
-        for name in ("sources", "targets"):
-            counts = [int(c) for c in getattr(self, name)]
-            if min(counts) < 0 or max(counts) > int(self.L):
-                raise ConfigError(name, f"{{{name}}} must lie in 0..{self.L} (at most {{L}}), got "
-                                        f"{min(counts)}..{max(counts)}", also=("L",))
-        if any(int(s) == int(t) for s, t in zip(self.sources, self.targets, strict=True)):
-            raise ConfigError("sources", "a source count equals its target count in {sources} and {targets}; a "
-                                         "patch must change the count", also=("targets",))
-        check_positive(self, "batch_size", "answer_tokens")
-        if not float(self.min_gap) > 0:
-            raise ConfigError("min_gap", f"{{min_gap}} must be > 0 nats, got {self.min_gap}")
-        self.prompt_settings().validate()
+        """Raise :class:`ConfigError` naming the field of a config that cannot run (reads no file); runs when
+        the config is built. The prompt set's counts are set from the sources and targets."""
+        check_fields(self, self.FIELDS, assign=True)
+        counts = _check_count_pairs(self.sources, self.targets, self.prompts.L)
+        if list(self.prompts.counts) != counts:
+            self.prompts = dataclasses.replace(self.prompts, counts=counts)
         return self
 
-    def prompt_settings(self) -> PromptSettings:
-        """The prompt set holding every source and target prompt."""
-        return PromptSettings(L=int(self.L), counts=sorted({int(c) for c in [*self.sources, *self.targets]}),
-                              per_count=int(self.per_count), pairs=[list(p) for p in self.pairs],
-                              configs=list(self.configs), seeds=[int(s) for s in self.seeds],
-                              template=self.template)
-
-
-class RowsCSV:
-    """For a result whose ``rows`` (records sharing their keys) are also written as the CSV file ``CSV``:
-    one row per record, the first record's keys as the header."""
-
-    CSV: ClassVar[str] = "rows.csv"
-
-    def tables(self) -> dict[str, tuple[list[str], list[list[Any]]]]:
-        rows = self.rows
-        header = list(rows[0]) if rows else []
-        return {self.CSV: (header, [[r[k] for k in header] for r in rows])}
+    def with_options(self, **values: Any) -> PatchingConfig:
+        """A copy with the settings of ``values`` set by name (:func:`~countlens.core.options.with_options`); the
+        prompt set's counts follow the sources and targets, checked against the new ``L`` first (so a source
+        beyond it names ``sources``)."""
+        if "counts" in values:
+            raise ConfigError("counts", "the counts of boundary patching are its {sources} and {targets}; set "
+                                        "those", also=("sources", "targets"))
+        sources, targets = values.get("sources", self.sources), values.get("targets", self.targets)
+        prompts = values.get("prompts", self.prompts)
+        values["counts"] = _check_count_pairs(sources, targets, values.get("L", prompts.L))
+        if isinstance(values.get("prompts"), PromptSettings):
+            values["prompts"] = dataclasses.replace(values["prompts"], counts=values.pop("counts"))
+        return super().with_options(**values)
 
     @classmethod
-    def file_names(cls) -> tuple[str, ...]:
-        return (cls.FILE, cls.CSV)
+    def from_dict(cls, data: dict[str, Any]) -> PatchingConfig:
+        """The config of a ``patching.json``'s ``config``; an older one, whose prompt settings lie flat
+        (``L``, ``pairs``, ... beside ``sources``), reads too."""
+        data = dict(data)
+        flat = {k: data.pop(k) for k in _FLAT_PROMPTS if k in data}
+        if flat:
+            counts = sorted({int(c) for c in [*data.get("sources", []), *data.get("targets", [])]})
+            data["prompts"] = {**flat, "counts": counts, **(data.get("prompts") or {})}
+        return super().from_dict(data)
 
 
 @dataclass
-class PatchingResult(RowsCSV, Result):
+class PatchingResult(Result):
     """Per location (``locations``): ``moved_to_source`` (fraction of patched answers equal to ``n_s``),
     ``mean_shift`` (mean patched − clean parsed answer, over rows where both parse), ``mean_relative_shift``
     (the same divided by ``n_s − n_t``: 1 = all the way to the source), ``logprob_change`` (mean change of
@@ -134,6 +152,7 @@ class PatchingResult(RowsCSV, Result):
 
     FILE: ClassVar[str] = "patching.json"
     CSV: ClassVar[str] = "patching.csv"
+    RECORDS: ClassVar[dict[str, str]] = {CSV: "rows"}
     COMMAND: ClassVar[str] = "countlens llm patch"
 
     config: dict[str, Any]
@@ -176,21 +195,20 @@ class PatchingPlan:
 def plan_patching(config: PatchingConfig, progress: bool = False) -> PatchingPlan:
     """Check ``config`` with the tokenizer and the model's config alone (no weights are read): the prompts
     (items one token each, the chat template), the locations, the context length."""
-    config.validate()
     ref = config.model.resolve(progress)
     tokenizer = load_tokenizer(ref)
     model_config = load_model_config(ref)
     n_blocks = n_blocks_of(model_config)
     locations = residual_locations(config.locations, n_blocks)
     prompts, seen = {}, Counter()
-    for p in build_prompts(tokenizer, config.prompt_settings()):
+    for p in build_prompts(tokenizer, config.prompts):
         group = (p.seed, p.config, p.pair, p.n)
         prompts[(*group, seen[group])] = p
         seen[group] += 1
     pairs = [(prompts[(s, c, pr, int(n_s), k)], p) for n_s, n_t in zip(config.sources, config.targets, strict=True)
              for (s, c, pr, n, k), p in prompts.items() if n == int(n_t)]
     n_ctx = context_length(model_config)
-    longest = max(len(c) for c in candidate_token_ids(tokenizer, patching_candidates(config), config.template))
+    longest = max(len(c) for c in candidate_token_ids(tokenizer, patching_candidates(config), config.prompts.template))
     needed = max(p.n_tokens for pair in pairs for p in pair) + max(longest, int(config.answer_tokens)) - 1
     if n_ctx is not None and needed > n_ctx:
         raise ConfigError("L", f"the longest prompt and its answer take {needed} tokens but the model's context "
@@ -225,19 +243,19 @@ def run_patching(config: PatchingConfig, *, loaded: LoadedModel | None = None,
     candidates = patching_candidates(config)
     with torch.inference_mode():
         vectors = boundary_vectors(model, tok, sources, locs, config.batch_size)  # (P, locs, d)
-        clean = scored_answers(model, tok, targets, candidates, config.template, config.batch_size,
+        clean = scored_answers(model, tok, targets, candidates, config.prompts.template, config.batch_size,
                                config.answer_tokens)
         edits = [(loc, "replace", vectors[i, j]) for j, loc in enumerate(locs) for i in range(len(pairs))]
-        patched = scored_answers(model, tok, targets * len(locs), candidates, config.template, config.batch_size,
+        patched = scored_answers(model, tok, targets * len(locs), candidates, config.prompts.template, config.batch_size,
                                  config.answer_tokens, edits)
-        lp_source = candidate_logprobs(model, tok, sources, candidates, config.template, config.batch_size)
+        lp_source = candidate_logprobs(model, tok, sources, candidates, config.prompts.template, config.batch_size)
     lp_target, lp_patched = clean.candidate_logprobs, patched.candidate_logprobs
     at = {k: i for i, k in enumerate(candidates)}
     n_s = np.array([s.n for s in sources])
     n_t = np.array([t.n for t in targets])
 
     def ld(lp, rows):  # log p("n_s") − log p("n_t") of each pair's rows
-        return lp[rows, [at[k] for k in n_s]] - lp[rows, [at[k] for k in n_t]]
+        return logit_difference(lp[rows], [at[k] for k in n_s], [at[k] for k in n_t])
 
     every = np.arange(len(pairs))
     ld_target, ld_source = ld(lp_target, every), ld(lp_source, every)
@@ -302,5 +320,20 @@ def boundary_vectors(model, tokenizer, prompts, locations: list[int], batch_size
     return torch.cat(out)
 
 
-__all__ = ["PatchingConfig", "RowsCSV", "PatchingResult", "PatchingPlan", "plan_patching", "patching_candidates",
+
+declare(Experiment(
+    "patching", "Figure 9a: boundary activation patching", PatchingConfig, run_patching, PatchingResult, order=150,
+    figure="countlens.llm.patching.figures:draw_patching", plot="countlens.llm.patching.figures:plot_patching", view="countlens.llm.patching.figures:patching_view",
+    presets={"quick": PatchingConfig(),
+             # Every token pair and wording, three seeds, counts across the range.
+             "full": PatchingConfig().with_options(L=256, sources=[40, 30, 20, 10, 5, 3],
+                                                   targets=[3, 5, 10, 20, 30, 40],
+                                                   pairs=[list(p) for p in DEFAULT_PAIRS],
+                                                   configs=PromptSettings().configs, seeds=[0, 1, 2]),
+             "test": PatchingConfig().with_options(L=16, sources=[9, 3], targets=[3, 9], answer_tokens=3)},
+    inherits=("model", "template"), uses_model=True, options={"progress": True}, study="patching",
+    cli="countlens.llm.patching.cli"))
+
+
+__all__ = ["PatchingConfig", "PatchingResult", "PatchingPlan", "plan_patching", "patching_candidates",
            "run_patching", "boundary_vectors", "answer_shift", "mean_or_none"]

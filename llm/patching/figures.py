@@ -13,7 +13,7 @@ from countlens.core.io import save_figure
 from countlens.core.report import Page, Section, location_cell, table
 
 if TYPE_CHECKING:
-    from countlens.llm.patching.edits.experiment import PatchingResult
+    from countlens.llm.patching.experiment import PatchingResult
 
 PATCHING_CAPTION = ("Only the boundary position is patched: later blocks can still re-read the items, so a "
                     "location where the answer follows the source is where the count is committed.")

@@ -31,15 +31,16 @@ from typing import Any, ClassVar
 import numpy as np
 
 from countlens.core.errors import ConfigError, literal
+from countlens.core.fields import AtLeast, Nested, OneOf, Positive, check_fields
 from countlens.core.locations import location_label, location_names
 from countlens.core.options import ExperimentConfig
+from countlens.core.registry import Experiment, declare
 from countlens.core.results import Result, result_provenance
 from countlens.llm.answers import MIN_LD_GAP, candidate_token_ids, normalised_ld
-from countlens.llm.capture.experiment import check_positive
 from countlens.llm.capture.residuals import context_length, n_blocks_of
 from countlens.llm.hooks import residual_locations
 from countlens.llm.models import LoadedModel, ModelRef, ModelSpec, load_model_config, load_tokenizer
-from countlens.llm.patching.edits import PATCH_METHODS, PositionPatcher
+from countlens.llm.patching.edits import PATCH_METHODS, PositionPatcher, logit_difference
 from countlens.llm.prompts import (
     Prompt,
     PromptSettings,
@@ -87,21 +88,17 @@ class PositionPatchingConfig(ExperimentConfig):
     method: str = field(default="cached", metadata={"identity": False})
     min_gap: float = MIN_LD_GAP
 
+    FIELDS: ClassVar[dict] = {"model": Nested(ModelSpec, "model"), "prompts": Nested(PromptSettings),
+                              "flip": OneOf(FLIPS), "positions": OneOf(POSITION_SETS), "location_step": AtLeast(1),
+                              "batch_size": AtLeast(1), "method": OneOf(PATCH_METHODS), "min_gap": Positive("nats")}
+
     def validate(self) -> PositionPatchingConfig:
-        """Raise :class:`ConfigError` naming the field of a config that cannot run (reads no file)."""
-        self.model.validate()
-        self.prompts.validate()
+        """Raise :class:`ConfigError` naming the field of a config that cannot run (reads no file); runs when
+        the config is built."""
+        check_fields(self, self.FIELDS, assign=True)
         if min(int(c) for c in self.prompts.counts) < 1:
             raise ConfigError("counts", "{counts} must be >= 1 for patching over positions: a prompt with no "
                                         "target has no target to turn into the distractor, so no corrupted twin")
-        choices = {"flip": FLIPS, "positions": POSITION_SETS, "method": PATCH_METHODS}
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ConfigError(name, f"{{{name}}} must be one of {', '.join(allowed)}, got "
-                                        + literal(repr(getattr(self, name))))
-        check_positive(self, "batch_size", "location_step")
-        if not float(self.min_gap) > 0:
-            raise ConfigError("min_gap", f"{{min_gap}} must be > 0 nats, got {self.min_gap}")
         return self
 
 
@@ -176,7 +173,6 @@ def prompt_pairs(tokenizer, config: PositionPatchingConfig) -> list[PromptPair]:
 def plan_position_patching(config: PositionPatchingConfig, progress: bool = False) -> PositionPatchingPlan:
     """Check ``config`` with the tokenizer and the model's config alone (no weights are read): the prompts and
     their twins, the locations, the context length (each prompt plus its longest answer)."""
-    config.validate()
     ref = config.model.resolve(progress)
     tokenizer = load_tokenizer(ref)
     model_config = load_model_config(ref)
@@ -347,9 +343,9 @@ def run_position_patching(config: PositionPatchingConfig, *, loaded: LoadedModel
             positions = patched_positions(pp, config.positions)
             logp = np.stack([patcher.logprobs(loc, positions) for loc in plan.locations])  # (locs, P, 2)
             runs += patcher.runs
-            ld = logp[..., 0] - logp[..., 1]
-            ld_clean = float(patcher.clean[0] - patcher.clean[1])
-            ld_corrupt = float(patcher.corrupt[0] - patcher.corrupt[1])
+            ld = logit_difference(logp, 0, 1)  # log p("n") − log p("n − 1")
+            ld_clean = float(logit_difference(patcher.clean, 0, 1))
+            ld_corrupt = float(logit_difference(patcher.corrupt, 0, 1))
             score = normalised_ld(ld, ld_clean, ld_corrupt, float(config.min_gap))
             ok = bool(np.isfinite(score).all())
             c = pp.clean
@@ -366,6 +362,20 @@ def run_position_patching(config: PositionPatchingConfig, *, loaded: LoadedModel
         config.to_dict(), loaded.model_id, config.flip, locations, results, summary, unnormalised,
         len(unnormalised), sum(len(p.positions) for p in results) * len(locations), runs,
         round(time.perf_counter() - started, 3), result_provenance(config), half)
+
+
+
+declare(Experiment(
+    "patching-positions", "Figure 11: patching over positions and layers", PositionPatchingConfig,
+    run_position_patching, PositionPatchingResult, order=190, figure="countlens.llm.positions.figures:draw_position_patching", plot="countlens.llm.positions.figures:plot_position_patching",
+    view="countlens.llm.positions.figures:position_patching_view",
+    presets={"quick": PositionPatchingConfig(location_step=2),
+             # Four counts with every pair.
+             "full": PositionPatchingConfig(prompts=PromptSettings(L=24, counts=[3, 6, 9, 12], per_count=1,
+                                                                   seeds=[0], configs=["count"])),
+             "test": PositionPatchingConfig(prompts=PromptSettings(L=6, counts=[3], per_count=1, pairs=[["a", "b"]],
+                                                                   configs=["count"], seeds=[0]))},
+    inherits=("model", "template"), uses_model=True, options={"progress": True}, study="where"))
 
 
 __all__ = ["FLIPS", "POSITION_SETS", "GROUPS", "GROUP_LABELS", "PositionPatchingConfig", "PromptPair",

@@ -19,27 +19,31 @@ Every row records ``‖step‖ / ‖boundary vector‖`` (``relative_norm``).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from countlens.core.capture import Capture, CaptureMeta, open_capture
 from countlens.core.errors import ConfigError, UsageError, about, literal
+from countlens.core.fields import AtLeast, Checked, Ints, Numbers, OneOf, check_fields
 from countlens.core.locations import location_names, resolve_location
 from countlens.core.options import ExperimentConfig
+from countlens.core.registry import Experiment, declare
 from countlens.core.results import Result, result_provenance
-from countlens.core.store import acts_array, column, load_capture, read_meta
 from countlens.llm.answers import ANSWER_TOKENS, answer_candidates, answer_distribution
-from countlens.llm.capture.experiment import check_positive, random_init_model
+from countlens.llm.capture.experiment import capture_model, capture_prompts, capture_spec
 from countlens.llm.lens.readout import count_slope
-from countlens.llm.models import LoadedModel, ModelSpec, check_device, load_tokenizer
+from countlens.llm.models import LoadedModel, check_device
 from countlens.llm.patching.edits import count_step, random_direction, scored_answers, steering_vector
-from countlens.llm.patching.experiment import RowsCSV, answer_shift, boundary_vectors, mean_or_none
-from countlens.llm.prompts import PromptSettings, build_prompts
+from countlens.llm.patching.experiment import answer_shift, boundary_vectors, mean_or_none
+from countlens.llm.prompts import build_prompts
 
 if TYPE_CHECKING:  # imported where used: it brings scikit-learn, which a capture never needs
-    from countlens.probes.experiments import ProbeResult
+    from countlens.probes import ProbeResult
 
 DIRECTIONS = ("probe", "mean-diff")
 UNITS = ("readout", "count")
@@ -71,18 +75,14 @@ class SteeringConfig(ExperimentConfig):
     directions: list[str] = field(default_factory=lambda: ["probe"])
     units: str = "readout"
 
+    FIELDS: ClassVar[dict] = {"deltas": Numbers(), "counts": Ints(minimum=0), "max_prompts": AtLeast(1),
+                              "batch_size": AtLeast(1), "answer_tokens": AtLeast(1), "device": Checked(check_device),
+                              "units": OneOf(UNITS)}
+
     def validate(self) -> SteeringConfig:
-        """Raise :class:`ConfigError` naming the field of a config that cannot run."""
-        deltas = np.asarray(self.deltas, dtype=np.float64)
-        if deltas.size == 0 or not np.all(np.isfinite(deltas)):
-            raise ConfigError("deltas", "{deltas} must be a non-empty list of finite numbers, got "
-                                        + literal(list(self.deltas)))
-        if not self.counts or min(int(c) for c in self.counts) < 0:
-            raise ConfigError("counts", f"{{counts}} must be a non-empty list of counts >= 0, got {list(self.counts)}")
-        check_positive(self, "max_prompts", "batch_size", "answer_tokens")
-        check_device(self.device)
-        if self.units not in UNITS:
-            raise ConfigError("units", f"{{units}} must be one of {', '.join(UNITS)}, got " + literal(repr(self.units)))
+        """Raise :class:`ConfigError` naming the field of a config that cannot run (reads no file); runs when
+        the config is built."""
+        check_fields(self, self.FIELDS)
         directions = list(self.directions)
         if not directions or any(d not in DIRECTIONS for d in directions) or len(set(directions)) < len(directions):
             raise ConfigError("directions", f"{{directions}} must list distinct directions among "
@@ -105,7 +105,7 @@ class SteeringConfig(ExperimentConfig):
 
 
 @dataclass
-class SteeringResult(RowsCSV, Result):
+class SteeringResult(Result):
     """Per direction (``probe``, ``mean-diff``, and the control ``random``) and Δ (``curves``):
     ``mean_shift`` (mean steered − clean parsed answer over rows where both parse), ``mean_answer``,
     ``parsed``, ``readout_shift`` (the probe's read-out change; Δ along the probe in readout units;
@@ -118,6 +118,7 @@ class SteeringResult(RowsCSV, Result):
 
     FILE: ClassVar[str] = "steering.json"
     CSV: ClassVar[str] = "steering.csv"
+    RECORDS: ClassVar[dict[str, str]] = {CSV: "rows"}
     COMMAND: ClassVar[str] = "countlens llm steer"
 
     config: dict[str, Any]
@@ -138,27 +139,36 @@ class SteeringResult(RowsCSV, Result):
 
 # ----------------------------------------------------------------------------------- inputs
 
-def check_probes(probes: ProbeResult, meta: dict[str, Any]) -> None:
-    """``ConfigError("probes")`` for probes fitted on another capture than the one ``meta`` describes
-    (other model, locations, rows or width)."""
+def probe_mismatch(probes: ProbeResult, model: str, d: int, locations, rows=None) -> list[str]:
+    """What differs between the capture ``probes`` were fitted on and a run: the one criterion every reader of
+    a probe applies (steering, the lenses, head ablation). The probes fit when they were fitted on the run's
+    ``model`` (its id) at its width ``d``, at locations all among the run's ``locations``, and — where the run
+    reads a capture — on that capture's rows (``rows``: the row counts that match it, its rows or its
+    prompts; ``None`` where the run reads no capture). Returns the names of what differs, in the order
+    ``model``, ``locations``, ``rows``, ``width``; empty where they fit."""
     source, names = probes.source or {}, [loc.name for loc in probes.locations]
-    mismatch = [what for what, ok in (
-        ("model", source.get("model") == meta.get("model")),
-        ("locations", bool(names) and set(names) <= set(meta.get("locations") or [])),
-        ("rows", source.get("rows") in (meta.get("n_rows"), meta.get("n_prompts"))),
-        ("width", source.get("d") == meta.get("d"))) if not ok]
+    return [what for what, ok in (
+        ("model", source.get("model") == model),
+        ("locations", bool(names) and set(names) <= set(locations)),
+        ("rows", rows is None or source.get("rows") in tuple(rows)),
+        ("width", source.get("d") == d)) if not ok]
+
+
+def check_probes(probes: ProbeResult, meta: CaptureMeta) -> None:
+    """``ConfigError("probes")`` for probes fitted on another capture than the one ``meta`` describes
+    (:func:`probe_mismatch`: other model, locations, rows or width)."""
+    mismatch = probe_mismatch(probes, meta.model_id, meta.d, meta.locations, (meta.n_rows, meta.n_prompts))
     if mismatch:
         raise ConfigError("probes", f"{{probes}} holds probes fitted on another capture ({', '.join(mismatch)} "
                                     "differ); fit probes on this capture (`countlens probe` on {acts})",
                           also=("acts",))
 
 
-def probe_direction(probes: ProbeResult, meta: dict[str, Any], location: str | None) -> tuple[str, np.ndarray]:
-    """(location name, native coefficients ``w`` (d,)) of the validation-selected probe of ``probes`` at
-    ``location`` (default: its best location), checked against the capture's ``meta``;
-    ``ConfigError("probes")`` for probes fitted on another capture (other model, locations, rows or width)
-    or without coefficients, ``ConfigError("location")`` for a location the probes lack."""
-    check_probes(probes, meta)
+def chosen_probe(probes: ProbeResult, location: str | None):
+    """The :class:`~countlens.probes.probe.LocationProbes` of ``probes`` at ``location`` (default: its
+    best location, :meth:`~countlens.probes.probe.ProbeResult.best_location`), whose first fit holds the
+    validation-selected probe's coefficients; ``ConfigError("location")`` for a location the probes lack,
+    ``ConfigError("probes")`` for probes without coefficients."""
     names = [loc.name for loc in probes.locations]
     if location is None:
         chosen = probes.best_location()
@@ -169,31 +179,23 @@ def probe_direction(probes: ProbeResult, meta: dict[str, Any], location: str | N
             raise ConfigError("location", "{location}: " + literal(str(exc))) from None
     if not chosen.fits or chosen.fits[0].coef is None:
         raise ConfigError("probes", "{probes} holds no probe coefficients; refit it with `countlens probe`")
+    return chosen
+
+
+def probe_direction(probes: ProbeResult, meta: CaptureMeta, location: str | None) -> tuple[str, np.ndarray]:
+    """(location name, native coefficients ``w`` (d,)) of the validation-selected probe of ``probes`` at
+    ``location`` (default: its best location), checked against the capture's ``meta``;
+    ``ConfigError("probes")`` for probes fitted on another capture (other model, locations, rows or width)
+    or without coefficients, ``ConfigError("location")`` for a location the probes lack."""
+    check_probes(probes, meta)
+    chosen = chosen_probe(probes, location)
     return chosen.name, np.asarray(chosen.fits[0].coef, dtype=np.float64)
 
 
-def capture_spec(settings: dict[str, Any], device: str = "cpu") -> ModelSpec:
-    """The :class:`~countlens.llm.models.ModelSpec` of the model a capture ran, from its recorded settings
-    (``meta["settings"]``), on ``device``."""
-    return ModelSpec(model=settings["model"], gguf_file=settings.get("gguf_file"), revision=settings.get("revision"),
-                     trust_remote_code=bool(settings.get("trust_remote_code")), device=device,
-                     dtype=settings.get("model_dtype", "float32"))
-
-
-def capture_model(settings: dict[str, Any], device: str = "cpu", progress: bool = False) -> LoadedModel:
-    """The model a capture ran, from its recorded settings (``meta["settings"]``), random-initialised again
-    where the capture was."""
-    spec = capture_spec(settings, device)
-    if "random_init_seed" in settings:
-        ref = spec.resolve(progress)
-        return random_init_model(ref, load_tokenizer(ref), settings["random_init_seed"], spec.device, spec.dtype)
-    return spec.load(progress)
-
-
-def steered_location(meta: dict[str, Any], location: str | int) -> str:
+def steered_location(meta: CaptureMeta, location: str | int) -> str:
     """The capture location ``location`` names; ``ConfigError("location")`` for one the capture lacks or
     that is no residual location a step can be added at."""
-    names = list(meta.get("locations") or [])
+    names = list(meta.locations)
     try:
         name = names[resolve_location(names, location)]
     except UsageError as exc:
@@ -201,21 +203,18 @@ def steered_location(meta: dict[str, Any], location: str | int) -> str:
     return name
 
 
-def mean_difference(acts: str, location: str) -> np.ndarray:
+def mean_difference(acts: str | Capture, location: str) -> np.ndarray:
     """The mean-difference direction ``v`` (d,) at ``location`` of the capture ``acts``: the least-squares
     slope of its count centroids on n (:func:`countlens.llm.lens.readout.count_slope`), from the boundary rows;
     ``ConfigError("acts")`` for a capture that cannot give one (unreadable, one count, centroids that do not
     move with n)."""
     with about("acts"):
-        ds = load_capture(acts)
-    meta = read_meta(acts)
-    if "item_index" in ds.column_names:
-        ds = ds.select(np.flatnonzero(column(ds, "item_index") == -1))
-    n = column(ds, "n")
+        capture = open_capture(acts).boundary()
+    n = capture.counts()
     if len(np.unique(n)) < 2:
         raise ConfigError("acts", "{units:count} and mean-diff fit the count direction on {acts}, which holds "
                                   f"one count ({int(n[0])}); capture at least two counts", also=("units",))
-    v = count_slope(acts_array(ds, meta["locations"].index(location)), n)
+    v = count_slope(capture.acts(location), n)
     if not np.linalg.norm(v) > 0:
         raise ConfigError("acts", "{acts}: the count centroids do not move with n at " + literal(location)
                                   + "; steer at another {location}", also=("location",))
@@ -245,12 +244,12 @@ def run_steering(config: SteeringConfig, *, loaded: LoadedModel | None = None,
     (``loaded`` reuses it, already loaded). Bad input is refused before the model loads."""
     import torch
 
-    from countlens.probes.experiments import ProbeResult
+    from countlens.probes import ProbeResult
 
-    config.validate()
     started = time.perf_counter()
     with about("acts"):
-        meta = read_meta(config.acts)
+        capture = open_capture(config.acts, rows=False)
+    meta = capture.meta
     w = None
     if str(config.probes).strip():
         with about("probes"):
@@ -258,28 +257,27 @@ def run_steering(config: SteeringConfig, *, loaded: LoadedModel | None = None,
         location, w = probe_direction(probes, meta, config.location)
     else:
         location = steered_location(meta, config.location)
-    n_blocks = int(meta.get("n_blocks") or len(meta["locations"]) - 1)
+    n_blocks = int(meta.n_blocks or len(meta.locations) - 1)
     if location not in location_names(n_blocks):
         raise ConfigError("location", f"{{location}}: {literal(location)} is no residual location of the model "
                                       "(embed or blocks.N.hook_resid_post); choose one")
     loc = location_names(n_blocks).index(location)
-    settings = meta["settings"]
-    counts = [int(c) for c in config.counts if int(c) in settings["counts"]]
+    counts = [int(c) for c in config.counts if int(c) in meta.counts]
     if not counts:
         raise ConfigError("counts", f"none of {{counts}} {list(config.counts)} is in the capture (its counts: "
-                                    f"{settings['counts'][0]}..{settings['counts'][-1]})")
-    v = mean_difference(config.acts, location) if config.units == "count" else None
+                                    f"{meta.counts[0]}..{meta.counts[-1]})")
+    v = mean_difference(capture, location) if config.units == "count" else None
     rules, per_unit = step_rules(config, w, v)
     if loaded is None:
-        loaded = capture_model(settings, config.device, progress)
+        loaded = capture_model(meta, config.device, progress)
     model, tok = loaded.model, loaded.tokenizer
-    template = settings["template"]
-    prompt_settings = PromptSettings(**{**{k: settings[k] for k in PromptSettings().to_dict()}, "counts": counts})
+    template = meta.template
+    prompt_settings = dataclasses.replace(capture_prompts(meta), counts=counts)
     prompts = build_prompts(tok, prompt_settings)
     prompts = [prompts[i] for i in np.linspace(0, len(prompts) - 1, min(config.max_prompts, len(prompts))).astype(int)]
     groups = [(d, float(delta)) for d in rules for delta in config.deltas]
     steps = {(d, delta): rules[d](delta) for d, delta in groups}
-    candidates = answer_candidates(settings["counts"])
+    candidates = answer_candidates(list(meta.counts))
     truth = [p.n for p in prompts]
     with torch.inference_mode():  # answers and every candidate's log-probability from one prompt pass
         clean = scored_answers(model, tok, prompts, candidates, template, config.batch_size, config.answer_tokens)
@@ -334,6 +332,23 @@ def _target(n: int, delta: float, candidates: list[int]) -> int | None:
     return k - candidates[0] if candidates[0] <= k <= candidates[-1] else None
 
 
-__all__ = ["DIRECTIONS", "UNITS", "CONTROL", "SteeringConfig", "SteeringResult", "check_probes", "probe_direction",
+
+# Count units (a step of 1 moves the vector as far as one more item does), along the probe and the
+# mean-difference direction, each with its random control of the same norm.
+_DIRECTIONS = {"units": "count", "directions": ["probe", "mean-diff"]}
+
+declare(Experiment(
+    "steering", "Figure 9b: steering along the probe and the mean difference", SteeringConfig, run_steering,
+    SteeringResult, order=160, figure="countlens.llm.steering.figures:draw_steering", plot="countlens.llm.steering.figures:plot_steering", view="countlens.llm.steering.figures:steering_view", reads={"acts": "capture", "probes": "probe"},
+    presets={"quick": partial(SteeringConfig, max_prompts=4, **_DIRECTIONS),
+             "full": partial(SteeringConfig, counts=list(range(5, 51, 5)), max_prompts=40, **_DIRECTIONS),
+             "test": partial(SteeringConfig, deltas=[-2.0, 0.0, 2.0], counts=[3, 6], max_prompts=2, answer_tokens=3,
+                             **_DIRECTIONS)},
+    inherits=("device",), uses_model=True, options={"progress": True}, study="patching",
+    cli="countlens.llm.steering.cli"))
+
+
+__all__ = ["DIRECTIONS", "UNITS", "CONTROL", "SteeringConfig", "SteeringResult", "probe_mismatch", "check_probes",
+           "chosen_probe", "probe_direction",
            "capture_spec", "capture_model", "steered_location", "mean_difference", "step_rules",
            "run_steering"]

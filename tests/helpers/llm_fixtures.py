@@ -47,13 +47,13 @@ def family_model(tmp_path_factory, smollm2_tokenizer):
 
 
 def write_probes(path, meta: dict, best: int = 1, seed: int = 7, **source):
-    """Write a ``probes.json`` (:class:`~countlens.probes.experiments.ProbeResult`) for the capture whose
+    """Write a ``probes.json`` (:class:`~countlens.probes.probe.ProbeResult`) for the capture whose
     ``meta.json`` is ``meta``: one random probe direction at every location, the validation-selected best at
     location ``best``; ``source`` overrides what the file says it was fitted on (model, rows, d). Returns
     ``path``."""
     import numpy as np
 
-    from countlens.probes.experiments import LocationProbes, ProbeFit, ProbeResult
+    from countlens.probes.probe import LocationProbes, ProbeFit, ProbeResult
 
     w = np.random.default_rng(seed).standard_normal(meta["d"]).tolist()
 

@@ -51,6 +51,8 @@ BASE = {
     "geometry": "--acts {ACTS} --out {OUT} --low 0:1 --high 1:2 --pca-counts 0:2",
     "compare": "--toy {PARAMS} --acts {ACTS} --out {OUT} --low 0:1 --high 1:2 --pca-counts 0:2 --arc-counts 0:2 "
                "--toy-L 5",
+    "organism train": "--out {OUT} --L 3 --layers 1 --heads 2 --width 16 --quiet",
+    "organism check": "--model {MISSING} --out {OUT} --quiet",
 }
 
 # A bad value of each validated option, per command.
@@ -119,6 +121,10 @@ BAD = {
     "geometry": {"--acts": "{MISSING}", "--low": "2:1", "--high": "x", "--pca-counts": "3", "--pca-locations": "99"},
     "compare": {"--toy": "{MISSING}", "--acts": "{MISSING}", "--locations": "99", "--toy-L": "0",
                 "--arc-counts": "2:1", "--low": "2:1", "--high": "x", "--pca-counts": "3"},
+    "organism train": {"--L": "0", "--layers": "0", "--heads": "0", "--width": "15", "--live-heads": "1.0",
+                       "--seed": "-1", "--tokenizer": "{MISSING}", "--pairs": "1/1", "--lr": "-1", "--batch-size": "0",
+                       "--max-steps": "0", "--eval-every": "0", "--target-accuracy": "2", "--threads": "0"},
+    "organism check": {"--model": "{MISSING}", "--threads": "0"},
 }
 
 # Options where every value is valid (they name what to write, or any seed or count of output lines works).
@@ -131,7 +137,7 @@ FREE = {
     "llm capture": {"--init-seed", "--out"}, "llm patch": {"--out"}, "llm steer": {"--out", "--seed"},
     "llm heads": {"--out"}, "llm lens": {"--out", "--seed"},
     "probe": {"--out"}, "probe sweep": {"--out"}, "probe toy-acts": {"--out", "--seed"}, "probe redraw": {"--out"},
-    "geometry": {"--out"}, "compare": {"--out"},
+    "geometry": {"--out"}, "compare": {"--out"}, "organism train": {"--out"}, "organism check": {"--out"},
 }
 
 
@@ -203,3 +209,71 @@ def test_the_flag_check_can_fail(capsys):
     # A message naming another command's flag would fail the test above: `toy construct` has no --steps.
     assert "--steps" not in _options(COMMANDS["toy construct"]) and "--steps" in _options(COMMANDS["toy train"])
     assert json.dumps(sorted(_options(COMMANDS["toy construct"]))) == '["--L", "--d", "--json", "--tau", "--variant"]'
+
+
+def test_shared_options_are_declared_once_the_same_on_every_command():
+    """Regression: ``probe --quiet`` was refused while capture, lens and the others took it, and each command
+    worded --quiet and --threads its own way."""
+    from countlens.core.args import COMMON_OPTIONS
+
+    seen: dict[str, dict[str, tuple]] = {}
+    for command, parser in COMMANDS.items():
+        for action in parser._actions:
+            if action.dest in (*COMMON_OPTIONS, "device"):
+                default = None if action.default in (None, argparse.SUPPRESS) else action.default
+                seen.setdefault(action.dest, {})[command] = (tuple(action.option_strings), action.help.split(
+                    " (default")[0], action.type, default)
+    for name, by_command in seen.items():
+        flags = {v[0] for v in by_command.values()}
+        helps = {v[1] for v in by_command.values()}
+        types = {v[2] for v in by_command.values()}
+        assert len(flags) == 1 and len(helps) == 1 and len(types) == 1, (name, by_command)
+        if name != "threads":  # a command may choose its own thread count (by measurement), shown in its help
+            assert len({v[3] for v in by_command.values()} - {None}) <= 1, (name, by_command)
+    progress = {"llm capture", "llm patch", "llm steer", "llm heads", "llm lens", "probe", "probe toy-acts",
+                "toy rates", "toy lcap", "toy table3", "toy train", "toy table2", "toy figure2", "toy figure3",
+                "toy figure4"}
+    assert progress <= set(seen["quiet"]), progress - set(seen["quiet"])
+    assert {"llm lens", "toy train", "toy table2", "toy table3", "toy figure2"} <= set(seen["threads"])
+    args = build_parser(["probe"]).parse_args(["probe", "--acts", "a", "--out", "o", "--quiet"])
+    assert args.quiet is True
+    args = build_parser(["probe"]).parse_args(["probe", "--quiet", "toy-acts", "--params", "p", "--out", "o"])
+    assert args.quiet is True  # given before the subcommand, kept
+
+
+def test_an_integer_list_option_takes_the_one_grammar(tmp_path, capsys):
+    """Every integer-list option reads ``0:10,12,20:30:5``; a bad one is one line naming the command's flag."""
+    for argv, flag in ((["toy", "table2", "--d", "4", "--L", "5", "--seeds", "0:4:2,9:8", "--json", "x"], "--seeds"),
+                       (["toy", "rates", "--L", "10:20:0"], "--L"),
+                       (["toy", "table3", "--attained", "--attained-grid", "5,x"], "--attained-grid"),
+                       (["llm", "prompts", "--counts", "1:"], "--counts"),
+                       (["probe", "--acts", "a", "--out", str(tmp_path / "o"), "--seeds", "1:2:3:4"], "--seeds")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and err.startswith(f"countlens: error: {flag} takes integers and "
+                                                              "inclusive ranges with an optional step"), err
+
+
+def test_study_names_its_own_flag_for_a_models_error(tmp_path, capsys):
+    """Regression: ``study --models default,/nonexistent`` said "set model to ..." (study's flag is --models)."""
+    assert main(["study", "--models", f"default,{tmp_path / 'nonexistent'}", "--preset", "test",
+                 "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "set --models to" in err and "set model" not in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_every_option_has_help_and_shows_its_default():
+    from countlens.core.args import HelpFormatter
+
+    missing = []
+    for command, parser in COMMANDS.items():
+        formatter = HelpFormatter(parser.prog)
+        for action in parser._actions:
+            if not action.option_strings or isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+                continue
+            text = formatter._get_help_string(action) or ""
+            if not action.help or (action.nargs != 0 and not action.required and "default" not in text
+                                   and "required" not in text):
+                missing.append((command, max(action.option_strings, key=len)))
+    assert missing == []

@@ -111,18 +111,18 @@ def test_a_file_rewritten_under_its_old_size_and_time_is_never_served_a_stale_en
 
 def test_an_interrupted_conversion_leaves_nothing(tmp_path, cache, monkeypatch):
     path = write_tiny_gguf(tmp_path / "m.gguf")
-    real = models._dequantise
+    real = models.cache._dequantise
 
     def interrupted(ref, folder):
         real(ref, folder)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(models, "_dequantise", interrupted)
+    monkeypatch.setattr(models.cache, "_dequantise", interrupted)
     with pytest.raises(KeyboardInterrupt):
         load_model(str(path), progress=False)
     entry = models.resolve_model(str(path)).cache.path
     assert not (entry / "weights").exists() and not [p for p in entry.iterdir() if p.name.startswith(".weights")]
-    monkeypatch.setattr(models, "_dequantise", real)
+    monkeypatch.setattr(models.cache, "_dequantise", real)
     loaded = load_model(str(path), progress=False)
     assert loaded.location == str(entry / "weights")
 

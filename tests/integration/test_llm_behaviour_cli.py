@@ -194,8 +194,8 @@ def no_weights(monkeypatch):
     (["--flip", "first"], ["--flip is for --positions all", "--sources and --targets"]),
     (["--counts", "3"], ["--counts is for --positions all"]),
     (["--positions", "all", "--location-step", "0"], ["--location-step must be >= 1"]),
-    (["--positions", "all", "--min-gap", "0"], ["--min-gap must be > 0"]),
-    (["--min-gap", "-1"], ["--min-gap must be > 0"]),
+    (["--positions", "all", "--min-gap", "0"], ["--min-gap must be a positive finite number (nats)"]),
+    (["--min-gap", "-1"], ["--min-gap must be a positive finite number (nats)"]),
     (["--positions", "all", "--locations", "0:9"], ["--locations", "does not exist"]),
     (["--positions", "all", "--batch-size", "0"], ["--batch-size must be >= 1"]),
     (["--positions", "all", "--pairs", "a/a"], ["--pairs: a pair is two"])])

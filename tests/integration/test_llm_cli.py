@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from countlens.core.errors import UsageError
-from countlens.llm import acts_array, capture_meta, load_capture, read_meta
+from countlens.llm import acts_array, load_capture, read_meta
 from countlens.pipeline.cli import main
 from tests.helpers.cli import assert_one_line_error, run_countlens
 from tests.helpers.llm_fixtures import smollm2_tokenizer, tiny_models  # noqa: F401
@@ -32,7 +32,7 @@ def test_capture_and_prompts_commands(tiny_models, tmp_path, capsys):  # noqa: F
     code, text, _ = run_countlens(capsys, "llm", "capture", "--model", str(tiny_models["gpt2"]), *SMALL, "--out", str(out))
     assert code == 0 and "captured 3 prompts x 3 locations x 32 dims" in text
     ds = load_capture(out)
-    assert sorted(ds["n"]) == [0, 3, 12] and capture_meta(ds)["architecture"] == "GPT2LMHeadModel"
+    assert sorted(ds["n"]) == [0, 3, 12] and read_meta(out)["architecture"] == "GPT2LMHeadModel"
     assert all(n + m <= 12 for n, m in zip(ds["n"], ds["m"], strict=True))
     code, text, _ = run_countlens(capsys, "llm", "prompts", "--model", str(tiny_models["gpt2"]), "--show", "2", *SMALL[:-1])
     assert code == 0 and text.count("assistant⟦\\n⟧") == 2 and "boundary_index=" in text
@@ -169,7 +169,7 @@ def test_items_capture_prints_its_size_and_a_full_disk_is_refused(tiny_models, t
     size, done = text.strip().splitlines()
     assert size.startswith(f"expected size on disk: {rows} rows (3 prompts) x 3 locations x 32 dims x 4 bytes = ")
     stored = acts_array(ds, dtype=np.float32)
-    assert capture_meta(ds)["dtype"] == "float32" and stored.shape == (rows, 3, 32)
+    assert read_meta(tmp_path / "cap")["dtype"] == "float32" and stored.shape == (rows, 3, 32)
     assert f" = {stored.nbytes / 1e3:.1f} kB + " in size  # the activations as stored: rows x 3 x 32 x 4 bytes
     assert "free" in size and done.startswith(f"captured 3 prompts ({rows} rows: every item and the boundary)")
     usage = namedtuple("usage", "total used free")

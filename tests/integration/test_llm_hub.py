@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from countlens.llm import acts_array, capture_meta, load_capture
+from countlens.core.store import read_meta
+from countlens.llm import acts_array, load_capture
 from tests.helpers.llm_fixtures import family_model, smollm2_tokenizer  # noqa: F401
 from tests.helpers.model_families import BY_NAME, build_family_model
 
@@ -86,8 +87,8 @@ def test_hub_id_offline_loads_the_cached_snapshot_and_revision_picks_another(hub
         ["llm", "capture", "--model", "tiny-org/not-cached", *SMALL, "--out", str(absent)],
     )
     assert [code for code, _ in results] == [0, 0, 2, 2], results
-    first = capture_meta(load_capture(main_out))
-    second = capture_meta(load_capture(other_out))
+    first = read_meta(main_out)
+    second = read_meta(other_out)
     assert first["model"] == REPO and first["model_source"]["hub_id"] == REPO
     assert first["model_source"]["revision"] == COMMITS[0] and first["model_source"]["requested_revision"] is None
     assert second["model_source"]["revision"] == COMMITS[1] and second["settings"]["revision"] == COMMITS[1]
@@ -113,7 +114,7 @@ def counting(name, real):
         calls[name] += 1
         return real(*args, **kwargs)
     return call
-models.cached_snapshot = counting("snapshot", models.cached_snapshot)
+models.resolve.cached_snapshot = counting("snapshot", models.resolve.cached_snapshot)
 for name, cls in (("tokenizer", transformers.AutoTokenizer), ("model", transformers.AutoModelForCausalLM)):
     setattr(cls, "from_pretrained", counting(name, cls.from_pretrained))
 out, model, revision = sys.argv[1:]
@@ -133,5 +134,5 @@ def test_a_run_resolves_a_hub_revision_and_reads_it_once(hub_cache, tmp_path):
     assert report["status"]["capture"] == report["status"]["patching"] == "done", report
     # capture and patching: one resolution of the revision, one tokenizer read, one model load
     assert report["calls"] == {"snapshot": 1, "tokenizer": 1, "model": 1}, report
-    meta = capture_meta(load_capture(out / "capture" / "acts"))
+    meta = read_meta(out / "capture" / "acts")
     assert meta["model_source"]["revision"] == COMMITS[1] and meta["model_source"]["requested_revision"] == COMMITS[1]

@@ -123,7 +123,7 @@ def test_gguf_without_chat_template_refused_from_its_header(tmp_path, capsys, mo
         raise AssertionError("the GGUF vocabulary was converted")
 
     monkeypatch.setenv("COUNTLENS_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(models, "_convert_tokenizer", refuse)
+    monkeypatch.setattr(models.cache, "_convert_tokenizer", refuse)
     path = write_tiny_gguf(tmp_path / "base.gguf", chat_template=None)
     assert_refused(capsys, tmp_path, ["--model", str(path), *SMALL], "no chat template", "--template plain")
     assert not (tmp_path / "cache").exists()

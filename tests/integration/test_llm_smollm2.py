@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from countlens.llm import acts_array, capture_meta, load_capture
+from countlens.core.store import read_meta
+from countlens.llm import acts_array, load_capture
 from countlens.llm.capture.residuals import BoundaryCapture, pad_batch
 from countlens.llm.models import load_model
 from countlens.llm.prompts import PromptSettings, build_prompts
@@ -32,7 +33,7 @@ def test_smollm2_capture_matches_independent_forward(tmp_path):
                  "--quiet", "--out", str(out)])
     assert code == 0
     ds = load_capture(out)
-    meta = capture_meta(ds)
+    meta = read_meta(out)
     assert meta["locations"][0] == "embed" and meta["locations"][-1] == "blocks.29.hook_resid_post"
     assert len(meta["locations"]) == 31 and meta["d"] == 576 and meta["architecture"] == "LlamaForCausalLM"
     assert meta["boundary"]["context"][-3:] == ["ass", "istant", "\n"]
@@ -73,7 +74,7 @@ def test_smollm2_items_capture_matches_independent_forward(tmp_path):
     assert code == 0
     ds = load_capture(out)
     acts = acts_array(ds)
-    assert acts.shape[1:] == (31, 576) and capture_meta(ds)["n_prompts"] == 3
+    assert acts.shape[1:] == (31, 576) and read_meta(out)["n_prompts"] == 3
     loaded = load_model("default", progress=False)
     model, tok = loaded.model, loaded.tokenizer
     rows = ds.remove_columns("acts").to_list()

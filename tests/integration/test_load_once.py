@@ -6,6 +6,9 @@ items capture, patching over positions, heads, lenses — the stages that declar
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
+import inspect
 import json
 import weakref
 
@@ -18,8 +21,10 @@ from countlens.pipeline.reproduce import build_stages, reproduce
 from tests.helpers.llm_fixtures import tiny_models  # noqa: F401
 from tests.helpers.tiny_gguf import write_tiny_gguf
 
-LLM_STAGES = ("capture", "probe", "patching", "steering", "capture-items", "patching-positions", "heads", "lens")
-LOADING = ("capture", "patching", "steering", "capture-items", "patching-positions", "heads", "lens")
+# The stages handed the run's model (the registry's ``uses_model``), and the stages they read from.
+LOADING = tuple(s.name for s in build_stages("test") if s.model is not None)
+LLM_STAGES = tuple(dict.fromkeys([*LOADING, *(n for s in build_stages("test") if s.model is not None
+                                               for n in s.needs)]))
 
 
 @pytest.fixture
@@ -48,10 +53,22 @@ def test_reproduce_loads_each_model_once_with_the_same_results(tmp_path, monkeyp
     model = str(write_tiny_gguf(tmp_path / "m.gguf"))
     handed = []
     stages = build_stages("test", {"model": model})
-    assert tuple(s.name for s in stages if s.model is not None) == LOADING  # each declares the capture's model
-    for run in {s.run for s in stages if s.name in LOADING}:  # record what each run is handed
-        monkeypatch.setattr(reproduce_module, run.__name__,
-                            lambda *a, _run=run, **k: handed.append((a[0], k.get("loaded"))) or _run(*a, **k))
+    # every stage whose run can take a loaded model is handed the capture's (none loads its own)
+    takes = tuple(s.name for s in stages if "loaded" in inspect.signature(s.run).parameters)
+    assert takes == tuple(s.name for s in stages if s.model is not None) == LOADING and "capture" in LOADING
+    real_build = reproduce_module.build_stages
+
+    def recording(*args, **kwargs):  # each loading stage's run, wrapped to record what it is handed
+        def spy(run):
+            @functools.wraps(run)
+            def recorded(*a, **k):
+                handed.append((a[0], k.get("loaded")))
+                return run(*a, **k)
+            return recorded
+        return [dataclasses.replace(s, run=spy(s.run)) if s.name in LOADING else s
+                for s in real_build(*args, **kwargs)]
+
+    monkeypatch.setattr(reproduce_module, "build_stages", recording)
     once = tmp_path / "once"
     summary = reproduce(once, "test", {"model": model}, only=list(LLM_STAGES))
     assert all(s["status"] == "done" for s in summary["stages"] if s["stage"] in LLM_STAGES), summary["stages"]
@@ -86,15 +103,15 @@ def test_study_releases_a_model_before_the_next_loads(tiny_models, tmp_path, mon
     alive_at_load = []
     real = study.run_study_model
 
-    def run_model(job, out, device=None):
+    def run_model(job, out, device=None, pool=None):
         alive_at_load.append([ref() is not None for _, ref in loads])
-        return real(job, out, device)
+        return real(job, out, device, pool=pool)
 
     def summary(job, folder, out):
         return study.ModelSummary(job["model"], job["name"], 2, [], [], [], {}, {}, None, None, "")
 
     monkeypatch.setattr(study, "run_study_model", run_model)
-    monkeypatch.setattr(study, "MODEL_STAGES", ("capture",))  # what the models load for, not what follows
+    monkeypatch.setattr(study, "study_stages", lambda *groups: ["capture"])  # what the models load for
     monkeypatch.setattr(study, "summarize_model", summary)
     monkeypatch.setattr(study.StudyResult, "save", lambda self, out: [])
     monkeypatch.setattr(study, "draw_study", lambda result, out: [])

@@ -14,7 +14,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from countlens.llm import CaptureConfig, acts_array, capture_meta, load_capture, plan_capture
+from countlens.core.store import read_meta
+from countlens.llm import CaptureConfig, acts_array, load_capture, plan_capture
 from countlens.llm.prompts import DEFAULT_PAIRS, PromptSettings, build_prompts
 from countlens.pipeline.cli import main
 from tests.helpers.hidden_states import assert_matches_reference, final_norm
@@ -62,7 +63,7 @@ def test_capture_matches_hidden_states(family_model, name, tmp_path, capsys):  #
                  "--padding-side", "left", "--out", str(out)])
     assert code == 0, capsys.readouterr().err
     ds = load_capture(out)
-    meta = capture_meta(ds)
+    meta = read_meta(out)
     assert len(ds) == 4 * 2 * 3 and meta["n_blocks"] == 2 and len(meta["locations"]) == 3
     model = AutoModelForCausalLM.from_pretrained(str(folder)).eval()
     tok = AutoTokenizer.from_pretrained(str(folder))

@@ -9,8 +9,9 @@ from sklearn.linear_model import Ridge
 
 from countlens.core.store import ActivationWriter, features
 from countlens.pipeline.cli import main
-from countlens.probes.experiments import ProbeResult, split_rows
 from countlens.probes.metrics import rounded_accuracy
+from countlens.probes.probe import ProbeResult
+from countlens.probes.splits import split_rows
 from countlens.toy.model import ToyConfig, init_params
 
 NAMES = ["embed", "blocks.0.hook_resid_post", "blocks.1.hook_resid_post"]
@@ -132,13 +133,13 @@ def _raw_capture(path, columns, acts):
     ("few", [], "split (--split) needs at least 5; capture more prompts"),
     ("ok", ["--alphas=-1,1"], "--alphas must be finite and >= 0"),
     ("ok", ["--alphas", "0:1:5"], "lo, hi > 0"),
-    ("ok", ["--seeds", "x"], "--seeds must be integers"),
+    ("ok", ["--seeds", "x"], "--seeds takes integers"),
     ("ok", ["--locations", "blocks.7.hook_resid_post"], "--locations: location 'blocks.7.hook_resid_post' does not"),
     ("ok", ["--figure-locations", "nope"], "--figure-locations: location 'nope' does not exist"),
     ("ok", ["--split", "0.5,0.5"], "--split must be three fractions"),
     ("ok", ["--split", "0.5,0.6,0.2"], "--split (train/validation/test) must be >= 0"),
-    ("ok", ["--split", "0.8,0.2,0"], "--split must be three train, validation, test fractions with test > 0"),
-    ("ok", ["--blas-threads", "-2"], "--blas-threads must be a positive number of threads"),
+    ("ok", ["--split", "0.8,0.2,0"], "--split must be three fractions (train, validation, test) with test > 0"),
+    ("ok", ["--blas-threads", "-2"], "--blas-threads must be >= 1"),
     ("ok", ["--classifier", "--classifier-C", "1,0"], "--classifier-C values must be finite and > 0"),
     ("ok", ["--classifier", "--classifier-C", "big"], "--classifier-C must be a comma-separated list"),
     ("missing", [], "not a countlens activation folder"),
@@ -238,7 +239,7 @@ def test_running_count_probes_end_to_end_and_redrawn(tmp_path, capsys):
 @pytest.mark.parametrize("argv_tail,message", [
     (["--target", "running_count"], "--target running_count needs an items capture"),
     (["--target", "count"], "--target must be one of n, running_count, got 'count'"),
-    (["--target", "running_count", "--position-buckets", "0"], "--position-buckets must be a whole number >= 1"),
+    (["--target", "running_count", "--position-buckets", "0"], "--position-buckets must be >= 1"),
     (["--target", "running_count", "--figure-locations", "1"], "--figure-locations is Figure 7's"),
 ])
 def test_running_count_bad_input_is_one_line_exit_2_before_any_fit(tmp_path, capsys, argv_tail, message):

@@ -12,14 +12,14 @@ import pytest
 from countlens.core.errors import UsageError
 from countlens.core.results import Result
 from countlens.pipeline.cli import main
-from countlens.pipeline.presets import PRESETS
+from countlens.pipeline.experiments import experiments, preset_config
 from countlens.pipeline.reproduce import build_stages
 from countlens.pipeline.stages import Stage, run_stage
 from tests.helpers.report_checks import check_report
 
 PNG = b"\x89PNG\r\n\x1a\n"
-FIGURES = ("toy-figure1", "toy-figure2", "toy-figure3", "toy-figure4", "geometry", "probe", "probe-sweep",
-           "compare", "patching", "steering", "probe-running", "patching-positions", "heads", "lens")
+# Every declared experiment that draws a figure (the registry: a new one is checked without an edit here).
+FIGURES = tuple(e.name for e in experiments() if e.figure is not None)
 
 
 @pytest.fixture
@@ -153,7 +153,9 @@ def test_a_stage_that_returns_no_result_fails_clearly(tmp_path):
 def test_stage_plan_covers_every_figure_and_table(tmp_path):
     stages = {s.name: s for s in build_stages("quick", {"model": "default"})}
     assert set(FIGURES) | {"toy-rates", "toy-lcap", "toy-table2", "toy-table3", "capture"} <= set(stages)
-    assert stages["compare"].needs == ("capture", "toy-construct")
+    assert set(stages["compare"].needs) == {"capture", "toy-construct"}
+    assert stages["compare"].config.toy == ("toy-construct",) and stages["compare"].config.acts == "capture/acts"
+    assert stages["steering"].config.probes == "probe/probes.json"  # one declaration: reads={"probes": "probe"}
     assert main(["reproduce", "--out", str(tmp_path / "x"), "--stages", "nope"]) == 2
 
 
@@ -182,11 +184,13 @@ def test_quick_preset_on_a_tiny_model_writes_a_complete_report(tmp_path, tiny_mo
     """`countlens reproduce --quick` itself (the `make demo` sizes and the capture's prompt set), on a tiny
     random model so the capture is cheap: every stage finishes and every figure is a PNG whose numbers come
     from the JSON beside it. The three stages that train the toy to the quick lengths (Tables 2 and 3, and
-    Figure 2, which reads Table 3) take about eight minutes on 2 cores, so the suite checks that their quick
-    configs validate and `make demo` runs them (its time is in BENCHMARKS.md)."""
-    trained = {"toy-table2", "toy-table3", "toy-figure2"}
+    Figure 2, which reads Table 3) take about eight minutes on 2 cores, and the quick organism (and its checks,
+    which read it) trains for about three, so the suite checks that their quick configs validate and
+    `make demo` runs them (its time is in BENCHMARKS.md); tests/integration/test_organism_cli.py trains a
+    smaller organism and checks it."""
+    trained = {"toy-table2", "toy-table3", "toy-figure2", "organism", "organism-checks"}
     for name in trained:  # the toy configs validate on construction: rebuilding one re-runs the checks
-        dataclasses.replace(PRESETS["quick"][name])
+        dataclasses.replace(preset_config(name, "quick"))
     out = tmp_path / "quick"
     names = [s.name for s in build_stages("quick")]
     assert trained <= set(names)

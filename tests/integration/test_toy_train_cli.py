@@ -139,7 +139,7 @@ def test_figures_write_json_png_pdf_and_redraw_from_json(tmp_path):
 
 def test_figure_bad_input_exit_2(tmp_path, capsys):
     assert toy("figure3", "--out", str(tmp_path), "--steps", "0") == 2
-    assert "--steps must be a positive integer" in capsys.readouterr().err
+    assert "--steps must be >= 1" in capsys.readouterr().err
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2]")
     assert toy("figure2", "--out", str(tmp_path), "--table3", str(bad)) == 2

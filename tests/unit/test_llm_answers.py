@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from countlens.core.store import read_meta
 from countlens.llm.answers import (
     answer_batch,
     answer_prompts,
@@ -145,7 +146,7 @@ def test_random_init_capture_is_seeded_and_differs_from_the_model(tiny_model_dir
             for name, extra in [("model", {}), ("r0", {"random_init": True}), ("r0b", {"random_init": True}),
                                 ("r1", {"random_init": True, "init_seed": 1})]}
     acts = {name: acts_array(load_capture(r.folder)) for name, r in runs.items()}
-    assert "random init, seed 0" in runs["r0"].meta["model"]
+    assert "random init, seed 0" in runs["r0"].meta.model_id
     assert np.array_equal(acts["r0"], acts["r0b"])
     assert not np.allclose(acts["r0"], acts["r1"]) and not np.allclose(acts["r0"], acts["model"])
 
@@ -195,7 +196,7 @@ def test_capture_distribution_equals_direct_teacher_forcing(family_model, family
     cache), in vocabularies that split numbers into digits (llama-3 style; GPT-2 after "Answer:", where
     " 12" is " 1" "2") and in one that does not; the expected count and rank follow from them; the correct answer's
     log-probability is its candidate's."""
-    from countlens.core.store import capture_meta, load_capture
+    from countlens.core.store import load_capture
     from countlens.llm import CaptureConfig, plan_capture, run_capture
     from countlens.llm.answers import answer_distribution, candidate_logprobs, candidate_token_ids
 
@@ -207,7 +208,7 @@ def test_capture_distribution_equals_direct_teacher_forcing(family_model, family
                                           answer_tokens=2, template=template)
     ds = load_capture(run_capture(config, tmp_path / "cap", progress=False).folder)
     candidates = list(range(2, 15))
-    assert capture_meta(ds)["answer_candidates"] == candidates
+    assert read_meta(tmp_path / "cap")["answer_candidates"] == candidates
     loaded = load_model(str(folder), progress=False)
     model, tok = loaded.model, loaded.tokenizer
     ids = candidate_token_ids(tok, candidates, template)

@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 
+from countlens.core.capture import CaptureMeta
 from countlens.core.errors import ConfigError
 from countlens.core.report import Page, Section
 from countlens.core.store import read_meta
@@ -26,7 +27,7 @@ from countlens.llm import (
 )
 from countlens.llm.patching.figures import draw_patching
 from countlens.llm.steering.figures import draw_steering, steering_view
-from countlens.probes.experiments import ProbeResult
+from countlens.probes.probe import ProbeResult
 from tests.helpers.llm_fixtures import smollm2_tokenizer, tiny_model_dir, tiny_models, write_probes  # noqa: F401
 from tests.helpers.report_checks import check_report
 
@@ -45,8 +46,8 @@ def round_trip(result):
 
 
 def test_patching_result_per_location_and_files(tiny_model_dir, tmp_path):  # noqa: F811
-    config = PatchingConfig(model=ModelSpec(model=str(tiny_model_dir)), L=16, sources=[9, 2], targets=[2, 9],
-                            pairs=[["a", "b"]], configs=["count"], batch_size=4, answer_tokens=3)
+    config = PatchingConfig(model=ModelSpec(model=str(tiny_model_dir)), batch_size=4, answer_tokens=3).with_options(
+        L=16, sources=[9, 2], targets=[2, 9], pairs=[["a", "b"]], configs=["count"])
     result = run_patching(config)
     assert [loc["index"] for loc in result.locations] == [0, 1, 2]
     assert len(result.rows) == 2 * 3
@@ -153,17 +154,17 @@ def test_probe_file_from_another_capture_is_refused(capture_dir, tmp_path, sourc
     meta = read_meta(capture_dir)
     probes = ProbeResult.read(write_probes(tmp_path / "p.json", meta, **source))
     with pytest.raises(ConfigError, match="another capture") as caught:
-        probe_direction(probes, meta, None)
+        probe_direction(probes, CaptureMeta.from_record(meta), None)
     assert caught.value.field == "probes"
     other = ProbeResult.read(write_probes(tmp_path / "q.json", meta))
     other.locations.append(type(other.locations[0])("blocks.9.hook_resid_post", 9, []))
     with pytest.raises(ConfigError, match="locations"):
-        probe_direction(other, meta, None)
+        probe_direction(other, CaptureMeta.from_record(meta), None)
 
 
 def test_a_bad_location_is_a_config_error_in_patching_and_steering(tiny_model_dir, capture_dir, tmp_path):  # noqa: F811
-    config = PatchingConfig(model=ModelSpec(model=str(tiny_model_dir)), L=16, sources=[9], targets=[2],
-                            locations="0:7", answer_tokens=1)
+    config = PatchingConfig(model=ModelSpec(model=str(tiny_model_dir)), locations="0:7",
+                            answer_tokens=1).with_options(L=16, sources=[9], targets=[2])
     with pytest.raises(ConfigError, match="0:7. does not exist") as caught:
         run_patching(config)
     assert caught.value.field == "locations"
@@ -183,6 +184,23 @@ def test_configs_round_trip_through_json():
     for config in (capture, patching, steering):
         assert type(config).from_dict(json.loads(json.dumps(config.to_dict()))) == config
     assert capture.to_dict()["model"]["device"] == "cuda:1" and capture.to_dict()["prompts"]["counts"] == [1, 2]
+
+
+def test_patching_nests_its_prompt_settings_and_reads_the_old_flat_config():
+    from countlens.llm.prompts import PromptSettings
+
+    config = PatchingConfig().with_options(L=16, sources=[9, 3], targets=[3, 9], seeds=[0, 1], template="plain")
+    assert config.prompts == PromptSettings(L=16, counts=[3, 9], per_count=1, pairs=[["a", "b"]], configs=["count"],
+                                            seeds=[0, 1], template="plain")  # its counts: the sources and targets
+    assert PatchingConfig(sources=[1], targets=[2]).prompts.counts == [1, 2]
+    old = {"model": {"model": "default"}, "L": 16, "sources": [9, 3], "targets": [3, 9], "per_count": 1,
+           "pairs": [["a", "b"]], "configs": ["count"], "seeds": [0, 1], "template": "plain", "locations": None,
+           "batch_size": 16, "answer_tokens": 16, "min_gap": 0.05}  # a patching.json's config before the nesting
+    assert PatchingConfig.from_dict(old) == config
+    for values, field in (({"L": 8}, "sources"), ({"targets": [3, 40]}, "targets"), ({"counts": [1]}, "counts")):
+        with pytest.raises(ConfigError) as caught:  # an L below a source names sources, never the derived counts
+            config.with_options(**values)
+        assert caught.value.field == field
 
 
 def test_with_options_sets_nested_settings_by_name():

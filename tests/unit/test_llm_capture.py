@@ -12,11 +12,11 @@ from transformers import AutoModelForCausalLM
 
 from countlens.core.errors import ConfigError
 from countlens.core.locations import location_names
+from countlens.core.store import read_meta
 from countlens.llm import (
     CaptureConfig,
     CaptureResult,
     acts_array,
-    capture_meta,
     load_capture,
     plan_capture,
     run_capture,
@@ -228,7 +228,7 @@ def test_capture_folder_rows_match_independent_forward(tiny_models, tmp_path):  
     assert [p.name for p in result.save(tmp_path / "stage")] == ["capture.json"]
     assert CaptureResult.read(tmp_path / "stage") == result and result.provenance["config"] == config.to_dict()
     ds = load_capture(result.folder)
-    meta = capture_meta(ds)
+    meta = read_meta(result.folder)
     assert len(ds) == 5 * 2 * 2 * 2 * 1
     assert meta["locations"] == location_names(2) == ["embed", "blocks.0.hook_resid_post",
                                                       "blocks.1.hook_resid_post"]
@@ -264,10 +264,10 @@ def test_transformer_lens_backend_gives_the_same_vectors(tiny_models, tmp_path):
         tl_model = load_model(str(tiny_models[arch]), progress=False)
         tl_config = CaptureConfig().with_options(model=str(tiny_models[arch]), backend="transformer-lens", **kw)
         tl = load_capture(run_capture(tl_config, tmp_path / f"{arch}-tl", loaded=tl_model, progress=False).folder)
-        names = capture_meta(tl)["locations"]
+        names = read_meta(tmp_path / f"{arch}-tl")["locations"]
         lengths = sorted(tl["n_tokens"])
         assert len(set(lengths[:4])) > 1  # the first batch of 4 mixes lengths: right padding, no mask
-        assert names[:3] == capture_meta(hf)["locations"]
+        assert names[:3] == read_meta(tmp_path / f"{arch}-hf")["locations"]
         assert names[3:] == ["blocks.0.hook_resid_mid", "blocks.1.hook_resid_mid"]
         key = lambda ds: np.lexsort((ds["config"], ds["n"]))  # noqa: E731
         a_hf, a_tl = acts_array(hf)[key(hf)], acts_array(tl)[key(tl)]
@@ -279,3 +279,28 @@ def test_transformer_lens_backend_gives_the_same_vectors(tiny_models, tmp_path):
             seen = explicit_attention_parts(model, find_blocks(model)[1], ids)
             mid = (seen["x"] + seen["attn"])[0, -1].numpy()
             np.testing.assert_allclose(acts_array(tl)[row, 4], mid, atol=ATOL, rtol=0)
+
+
+def test_a_plan_is_made_once_and_handed_to_the_run(tiny_models, tmp_path, monkeypatch):  # noqa: F811
+    """``preflight_capture`` returns the plan ``run_capture(plan=...)`` runs; within a model pool (a report)
+    the run's own planning reuses the pre-load check's plan; the capture equals one planned afresh."""
+    from countlens.llm.capture import experiment
+    from countlens.llm.capture.experiment import preflight_capture
+    from countlens.llm.models import model_pool
+
+    config = CaptureConfig().with_options(model=str(tiny_models["llama"]), L=8, counts=[1, 3], per_count=2,
+                                          seeds=[0], configs=["count"], pairs=[["a", "b"]], batch_size=2)
+    fresh = run_capture(config, tmp_path / "fresh", progress=False)
+    plans = []
+    real = experiment._plan
+    monkeypatch.setattr(experiment, "_plan", lambda *a: plans.append(a[0]) or real(*a))
+    plan = preflight_capture(config, tmp_path / "handed", progress=False)
+    handed = run_capture(config, tmp_path / "handed", plan=plan, progress=False)
+    assert len(plans) == 1 and handed.meta.settings == fresh.meta.settings
+    np.testing.assert_array_equal(acts_array(load_capture(handed.folder)), acts_array(load_capture(fresh.folder)))
+    with pytest.raises(ValueError, match="another config"):
+        run_capture(config.with_options(L=9), tmp_path / "other", plan=plan, progress=False)
+    with model_pool() as pool:
+        preflight_capture(config, tmp_path / "pooled", progress=False, pool=pool)
+        pooled = run_capture(config, tmp_path / "pooled", progress=False)  # plans through the active pool
+    assert len(plans) == 2 and pooled.n_rows == fresh.n_rows == 4

@@ -24,7 +24,13 @@ from countlens.llm.heads.attention import (
 )
 from countlens.llm.heads.experiment import HeadsConfig, HeadsResult, plan_heads, prompt_roles, run_heads
 from countlens.llm.heads.figures import draw_heads, heads_view
-from countlens.llm.hooks import ATTENTION_OUTPUTS, attention_output_site, hook_sites
+from countlens.llm.hooks import (
+    ATTENTION_OUTPUTS,
+    HookSet,
+    attention_output_site,
+    attention_pattern_site,
+    hook_sites,
+)
 from countlens.llm.models import ModelSpec, load_model
 from countlens.llm.prompts import PromptSettings, build_prompts
 from tests.helpers.llm_fixtures import family_model, smollm2_tokenizer, tiny_models, write_probes  # noqa: F401
@@ -211,7 +217,7 @@ def test_run_heads_result_round_trips_and_reads_the_probe(tiny_models, tmp_path)
 
 
 def result_probe_coef(path):
-    from countlens.probes.experiments import ProbeResult
+    from countlens.probes.probe import ProbeResult
 
     return ProbeResult.read(path).locations[1].fits[0].coef
 
@@ -243,14 +249,17 @@ def test_every_registered_architecture_has_its_projection_and_attention_weights(
         hooks = [block.get_submodule(path).register_forward_pre_hook(lambda m, a, got=got: got.update(z=a[0].shape)),
                  block.get_submodule(path.rsplit(".", 1)[0]).register_forward_hook(
                      lambda m, a, out, got=got: got.update(w=out[1].shape))]
+        # the registry's attention-weights site, through the hook set
+        pattern = hook_sites([0], 1, attention_pattern_site(arch))
         try:
-            with torch.no_grad():
+            with torch.no_grad(), HookSet(find_blocks(model)).attach([(pattern[0], lambda w, got=got: got.update(
+                    p=w.shape))]):
                 model(input_ids=torch.tensor([[3, 4, 5]]))
         finally:
             for handle in hooks:
                 handle.remove()
         heads = (getattr(config, "text_config", None) or config).num_attention_heads
-        assert got["w"] == (1, heads, 3, 3), arch
+        assert got["w"] == got["p"] == (1, heads, 3, 3), arch
         assert got["z"][-1] % heads == 0, arch
 
 
@@ -296,3 +305,27 @@ def test_hooks_and_attention_implementation_are_restored_after_an_error(tiny_mod
         raise RuntimeError("boom")
     assert model.config._attn_implementation == before
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+
+
+def test_heads_and_steering_read_a_probe_by_one_criterion(tiny_models, tmp_path):  # noqa: F811
+    """Model id, width and locations are checked alike; the rows only where a capture is read (steering, the
+    lenses), never for head ablation, which reads no capture."""
+    from countlens.llm.heads.experiment import read_probe
+    from countlens.llm.models import resolve_model
+    from countlens.llm.steering.experiment import probe_mismatch
+    from countlens.probes.probe import ProbeResult
+
+    ref = resolve_model(str(tiny_models["llama"]), progress=False)
+    names = location_names(2)
+    meta = {"model": ref.model_id, "n_prompts": 9, "d": 32, "locations": names}
+    fitted_elsewhere = write_probes(tmp_path / "rows.json", meta, rows=5)
+    probes = ProbeResult.read(fitted_elsewhere)
+    assert probe_mismatch(probes, ref.model_id, 32, names) == []
+    assert probe_mismatch(probes, ref.model_id, 32, names, rows=(9, 9)) == ["rows"]
+    assert read_probe(str(fitted_elsewhere), None, ref, 2, 32).index == 1  # the best location, rows not asked
+    narrow = write_probes(tmp_path / "d.json", meta, d=7)
+    assert probe_mismatch(ProbeResult.read(narrow), ref.model_id, 32, names, rows=(9,)) == ["width"]
+    with pytest.raises(ConfigError, match="another model") as caught:
+        read_probe(str(narrow), None, ref, 2, 32)
+    assert caught.value.field == "probes"
+    assert probe_mismatch(probes, ref.model_id, 32, names[:2]) == ["locations"]

@@ -12,7 +12,7 @@ import pytest
 from countlens.core.errors import ConfigError
 from countlens.llm import models
 from countlens.llm.gguf import GGUFCache, GGUFError, read_header
-from countlens.llm.models import ModelSpec, cache_root, model_pool, resolve_model
+from countlens.llm.models import ModelPool, ModelSpec, cache_root, model_pool, resolve_model
 from tests.helpers.tiny_gguf import CHATML, write_tiny_gguf
 
 
@@ -117,8 +117,8 @@ def test_missing_chat_template_refused_from_the_header(gguf_files, cache, monkey
     def refuse(*args, **kwargs):
         raise AssertionError("the vocabulary was converted")
 
-    monkeypatch.setattr(models, "_convert_tokenizer", refuse)
-    monkeypatch.setattr(models, "file_sha256", refuse)
+    monkeypatch.setattr(models.cache, "_convert_tokenizer", refuse)
+    monkeypatch.setattr(models.resolve, "file_sha256", refuse)
     with pytest.raises(ConfigError) as err:
         ModelSpec(model=str(gguf_files["base"])).resolve(template="chat")
     assert err.value.field == "template" and "no chat template" in str(err.value)
@@ -165,8 +165,8 @@ def test_hub_revision_is_pinned_to_one_commit_online(monkeypatch, tmp_path):
 
 def test_pool_resolves_and_reads_once(gguf_files, cache, monkeypatch):
     calls = []
-    real = models._resolve
-    monkeypatch.setattr(models, "_resolve", lambda *a: calls.append(a) or real(*a))
+    real = models.resolve._resolve
+    monkeypatch.setattr(models.resolve, "_resolve", lambda *a: calls.append(a) or real(*a))
     spec = ModelSpec(model=str(gguf_files["chat"]))
     with model_pool() as pool:
         first = spec.resolve(progress=True)
@@ -180,16 +180,23 @@ def test_pool_resolves_and_reads_once(gguf_files, cache, monkeypatch):
     assert len(calls) == 2  # outside a pool, nothing is kept
 
 
-def test_inner_pool_releases_its_models_and_keeps_the_reads():
-    outer_models = {}
-    with model_pool() as outer:
-        outer.reads[("tokenizer", "x")] = "kept"
+def test_readers_keep_what_they_read_in_the_pool_handed_to_them(gguf_files, cache, monkeypatch):
+    calls = []
+    real = models.resolve._resolve
+    monkeypatch.setattr(models.resolve, "_resolve", lambda *a: calls.append(a) or real(*a))
+    spec = ModelSpec(model=str(gguf_files["chat"]))
+    study = ModelPool()  # a study's pool, handed on to each model's run
+    with model_pool() as active:
+        first = spec.resolve(pool=study)
+        assert spec.resolve(pool=study).key() == first.key() and len(calls) == 1
+        assert study.refs and not active.refs  # the pool handed on, not the active one
+        assert models.load_tokenizer(first, study) is models.load_tokenizer(first, study)
+        assert ("tokenizer", first.key()) in study.reads and not active.reads
         with model_pool() as inner:
-            assert inner is outer
-            inner.models[("m",)] = "weights"
-            outer_models.update(inner.models)
-        assert not outer.models and outer.reads  # a study's model released; its reads kept
-    assert outer_models and not outer.reads
+            assert inner is not active  # a run's own pool is its own
+    study.models[("m",)] = "weights"
+    study.release_models()
+    assert not study.models and study.reads  # a model's turn ends: its weights go, its reads stay
 
 
 def test_no_cache_is_no_part_of_a_stage_identity():

@@ -5,7 +5,11 @@ their hooks are removed after any failure, and a location the model lacks is a `
 Patching over positions and layers (Figure 11) on tiny models of several families: the cached patcher equals
 the naive loop and a hand-written hook loop, the exact cells (embeddings, before the flip, the last location)
 are the clean or the corrupted run, pairs too close to normalise are reported; Figure 9a's teacher-forced
-scores at the last location are the source run's."""
+scores at the last location are the source run's.
+
+The one patch mechanism under all of them (a Setter in a Patch, scored by a metric): the clean run written at
+every position of every location is the clean run bitwise, a zero step at every site and head changes nothing,
+every hook goes after an error or a failed attach, and the heads' outputs patch the same cached and naive."""
 
 import csv
 import importlib.util
@@ -395,14 +399,13 @@ def test_corrupted_twin_is_refused_where_the_flip_retokenizes(tiny_models):  # n
 @pytest.mark.parametrize(("options", "field", "words"), [
     ({"counts": [0, 3]}, "counts", "no target to turn"), ({"counts": [3, 9]}, "counts", "0..8"),
     ({"flip": "second"}, "flip", "first, middle, last"), ({"positions": "boundary"}, "positions", "all, items"),
-    ({"method": "fast"}, "method", "cached, naive"), ({"min_gap": 0.0}, "min_gap", "> 0"),
+    ({"method": "fast"}, "method", "cached, naive"), ({"min_gap": 0.0}, "min_gap", "positive finite"),
     ({"batch_size": 0}, "batch_size", ">= 1"), ({"location_step": 0}, "location_step", ">= 1"),
     ({"locations": "0:9"}, "locations", "does not exist")])
 def test_bad_position_patching_configs_name_their_field(tiny_models, options, field, words):  # noqa: F811
-    config = PositionPatchingConfig(prompts=PromptSettings(L=8, counts=[3])).with_options(
-        model=str(tiny_models["llama"]), **options)
-    with pytest.raises(ConfigError) as caught:
-        plan_position_patching(config)
+    with pytest.raises(ConfigError) as caught:  # a bad value when the config is built, a missing location in the plan
+        plan_position_patching(PositionPatchingConfig(prompts=PromptSettings(L=8, counts=[3])).with_options(
+            model=str(tiny_models["llama"]), **options))
     assert caught.value.field == field and words in str(caught.value)
 
 
@@ -410,8 +413,8 @@ def test_boundary_patching_scores_the_answer_distribution(tiny_models, tmp_path)
     """Figure 9a's teacher-forced scores: at the last location the patched boundary is the source's, so every
     one-token candidate's log-probability, the normalised logit difference (1) and the expected count are the
     source run's; the result round-trips and the old columns stay."""
-    config = PatchingConfig(L=12, sources=[9, 2], targets=[2, 9], pairs=[["a", "b"]], answer_tokens=2,
-                            min_gap=1e-4).with_options(model=str(tiny_models["llama"]))
+    config = PatchingConfig(answer_tokens=2, min_gap=1e-4).with_options(
+        L=12, sources=[9, 2], targets=[2, 9], pairs=[["a", "b"]], model=str(tiny_models["llama"]))
     result = run_patching(config)
     assert result.candidates == list(range(2, 10))
     last = [r for r in result.rows if r["location_index"] == 2]
@@ -473,3 +476,151 @@ def test_position_patching_on_the_embedded_smollm2():
     assert q > 0 and np.abs(ld["cached"][:, :q] - corrupt).max() < 2e-4
     assert abs(ld["cached"][0, q] - clean) < 2e-4 and np.abs(np.delete(ld["cached"][0], q) - corrupt).max() < 2e-4
     assert abs(ld["cached"][2, -1] - clean) < 2e-4 and np.abs(ld["cached"][2, :-1] - corrupt).max() < 2e-4
+
+
+# ------------------------------------------------------------------------------ the one patch mechanism
+#
+# A Setter (what to write where) inside a Patch (every hook through the hook-site registry), scored by a metric
+# of the candidates' log-probabilities: the exact limits, on every position-test family.
+
+
+def _unpatched(model, ids, candidates):
+    """(logits (1, V), candidate log-probabilities (K,)) of one plain forward of ``ids`` (no hook anywhere)."""
+    from countlens.llm.answers import _forward, score_candidates
+
+    ids = torch.tensor([list(ids)])
+    T = ids.shape[1]
+    logits, cache = _forward(model, ids, torch.ones_like(ids), torch.arange(T)[None], last_only=True)
+    return logits, score_candidates(model, logits, cache, torch.ones_like(ids), torch.full((1, 1), T - 1),
+                                    candidates)[0]
+
+
+@pytest.mark.parametrize("name", POSITION_FAMILIES)
+def test_patching_every_position_at_every_layer_with_the_clean_run_is_the_clean_run(family_runs, name):
+    """The clean run's residual written at every location and every position of the corrupted prompt gives the
+    clean run's logits and candidate scores bitwise (its KV cache too: the candidates' later tokens read it)."""
+    from countlens.llm.hooks import hook_sites
+    from countlens.llm.patching.edits import Patch, Setter, residual_runs
+
+    loaded, pair, candidates = family_runs[name]
+    model = loaded.model
+    n = len(find_blocks(model))
+    with torch.inference_mode():
+        clean_logits, clean_scores = _unpatched(model, pair.clean.ids, candidates)
+        corrupt_logits, corrupt_scores = _unpatched(model, pair.corrupt.ids, candidates)
+        resid, _, _ = residual_runs(model, torch.tensor([pair.clean.ids]))  # (1, n + 1, T, d)
+        setters = [Setter(site, resid[:, i]) for i, site in enumerate(hook_sites(range(n + 1), n))]
+        with Patch(model, setters):
+            logits, scores = _unpatched(model, pair.corrupt.ids, candidates)
+    assert not np.array_equal(clean_scores, corrupt_scores)  # the pair's runs differ
+    assert torch.equal(logits, clean_logits)
+    np.testing.assert_array_equal(scores, clean_scores)
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+
+
+@pytest.mark.parametrize("name", POSITION_FAMILIES)
+def test_a_zero_step_at_every_site_and_head_changes_nothing(family_runs, name):
+    from countlens.llm.heads.experiment import text_config
+    from countlens.llm.hooks import attention_output_site, hook_sites
+    from countlens.llm.patching.edits import Patch, Setter
+
+    loaded, pair, candidates = family_runs[name]
+    model = loaded.model
+    n, text = len(find_blocks(model)), text_config(model.config)
+    H = int(text.num_attention_heads)
+    hd = int(getattr(text, "head_dim", None) or text.hidden_size // H)
+    z = attention_output_site(text.model_type)
+    T = len(pair.corrupt.ids)
+    setters = [Setter(site, torch.zeros(text.hidden_size), mode="add") for site in hook_sites(range(n + 1), n)]
+    setters += [Setter(site, torch.zeros(1, hd), positions=[p], head=[h], width=hd, mode="add")
+                for site in hook_sites(range(n), n, z) for h in range(H) for p in (0, T - 1)]
+    with torch.inference_mode():
+        want = _unpatched(model, pair.corrupt.ids, candidates)
+        with Patch(model, setters):
+            got = _unpatched(model, pair.corrupt.ids, candidates)
+    assert torch.equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_a_patch_removes_every_hook_after_an_error_and_after_a_failed_attach(batch, monkeypatch):
+    from countlens.llm.hooks import attention_output_site, attention_pattern_site, hook_sites
+    from countlens.llm.patching.edits import Patch, Setter
+
+    model, ids, mask, index = batch
+    d, blocks = model.config.hidden_size, find_blocks(model)
+    n = len(blocks)
+    setters = [Setter(s, torch.zeros(d), mode="add") for s in hook_sites(range(n + 1), n)]
+    setters += [Setter(s, torch.zeros(8), positions=[-1], head=[0], width=8)
+                for s in hook_sites(range(n), n, attention_output_site("llama"))]
+    setters += [Setter(s, torch.zeros(1), mode="add") for s in hook_sites(range(n), n, attention_pattern_site("llama"))]
+
+    def no_hooks():
+        return all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+
+    with pytest.raises(RuntimeError, match="boom"), Patch(model, setters):
+        assert not no_hooks()
+        raise RuntimeError("boom")
+    assert no_hooks()
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("cannot hook the projection")
+
+    monkeypatch.setattr(blocks[1].self_attn.o_proj, "register_forward_pre_hook", refuse)
+    with pytest.raises(RuntimeError, match="cannot hook the projection"), Patch(model, setters):
+        pass
+    assert no_hooks()
+
+
+def test_a_setter_writes_rows_positions_and_one_heads_slice_only():
+    from countlens.llm.patching.edits import Setter
+
+    hidden = torch.arange(2 * 3 * 6, dtype=torch.float32).view(2, 3, 6)  # (B, T, 3 heads x 2)
+    out = Setter(None, torch.tensor([[-1.0, -2.0]]), positions=[1], rows=[1], head=[2], width=2).write(hidden)
+    want = hidden.clone()
+    want[1, 1, 4:6] = torch.tensor([-1.0, -2.0])
+    assert torch.equal(out, want) and not torch.equal(hidden, want)  # a new tensor; the input is kept
+    added = Setter(None, torch.ones(6), mode="add").write(hidden)  # every row and position
+    assert torch.equal(added, hidden + 1)
+    assert Setter(None, torch.zeros(6), positions=[3]).write(hidden) is hidden  # a sequence too short: left alone
+    mean = hidden.mean(dim=(0, 1))
+    ablated = Setter(None, mean, positions=[0, 0], rows=[0, 1]).write(hidden)  # a mean ablation of position 0
+    assert torch.equal(ablated[:, 0], mean.expand(2, 6)) and torch.equal(ablated[:, 1:], hidden[:, 1:])
+    with pytest.raises(ValueError, match="mode"):
+        Setter(None, mean, mode="multiply")
+
+
+def test_logit_difference_and_expected_count_are_the_metrics_by_hand():
+    from countlens.llm.patching.edits import expected_count, logit_difference
+
+    lp = np.log(np.array([[0.5, 0.3, 0.2], [0.1, 0.1, 0.8]]))
+    np.testing.assert_array_equal(logit_difference(lp, 0, 1), [lp[0, 0] - lp[0, 1], lp[1, 0] - lp[1, 1]])
+    np.testing.assert_array_equal(logit_difference(lp, [2, 0], [1, 2]), [lp[0, 2] - lp[0, 1], lp[1, 0] - lp[1, 2]])
+    np.testing.assert_allclose(expected_count(lp, [3, 4, 5]),
+                               [0.5 * 3 + 0.3 * 4 + 0.2 * 5, 0.1 * 3 + 0.1 * 4 + 0.8 * 5])
+
+
+@pytest.mark.parametrize("name", POSITION_FAMILIES)
+def test_patching_the_heads_outputs_cached_equals_naive(family_runs, name):
+    """Figure 11's patcher at the attention output projection's input (all heads, and one head at a time):
+    the cached run (blocks below the patched one replayed) equals a whole forward per cell; before the flipped
+    item every cell is the corrupted run."""
+    from countlens.llm.heads.experiment import text_config
+    from countlens.llm.hooks import attention_output_site
+
+    loaded, pair, candidates = family_runs[name]
+    model = loaded.model
+    text = text_config(model.config)
+    H = int(text.num_attention_heads)
+    hd = int(getattr(text, "head_dim", None) or text.hidden_size // H)
+    site = attention_output_site(text.model_type)
+    positions = patched_positions(pair, "all")
+    n = len(find_blocks(model))
+    with torch.inference_mode():
+        runs = {m: PositionPatcher(model, pair.clean.ids, pair.corrupt.ids, candidates, m, batch_size=4,
+                                   skip_unchanged=False, site=site, head_dim=hd) for m in ("cached", "naive")}
+        got = {m: np.stack([r.logprobs(b, positions, head) for b in range(n) for head in (None, 0, H - 1)])
+               for m, r in runs.items()}
+    np.testing.assert_allclose(got["cached"], got["naive"], atol=2e-4, rtol=0)
+    q = positions.index(pair.flipped_position)
+    assert np.abs(got["cached"][:, :q] - runs["cached"].corrupt).max() < 2e-4
+    assert np.abs(got["cached"][:, q:] - runs["cached"].corrupt).max() > 1e-6  # the patches do something

@@ -16,8 +16,8 @@ from countlens.core.store import (
     SHARDS,
     ActivationWriter,
     acts_array,
-    capture_meta,
     load_capture,
+    read_meta,
 )
 from countlens.llm import CaptureConfig, plan_capture, run_capture
 from countlens.llm.capture.experiment import capture_runner
@@ -87,7 +87,7 @@ def test_items_rows_equal_hidden_states_and_a_recount(family_model, tmp_path, na
     config = CaptureConfig().with_options(model=str(folder), positions="items", padding_side=side, **BASE)
     result = run_capture(config, tmp_path / "cap", progress=False)
     ds = load_capture(result.folder)
-    meta = capture_meta(ds)
+    meta = read_meta(result.folder)
     plan = plan_capture(config, progress=False)
     assert meta["positions"] == "items" and meta["n_prompt_rows"] == meta["n_prompts"] == len(plan.prompts) == 16
     assert len(ds) == result.n_rows == meta["n_rows"] == sum(p.n + p.m + 1 for p in plan.prompts)
@@ -114,8 +114,8 @@ def test_boundary_rows_equal_a_boundary_capture_and_its_files_are_unchanged(tiny
     boundary = np.flatnonzero(np.asarray(items["item_index"]) == -1)
     assert np.array_equal(acts_array(items, dtype=np.float32)[boundary], acts_array(plain, dtype=np.float32))
     assert [items["prompt"][i] for i in boundary] == plain["prompt"]
-    assert plain.column_names == [*COLUMNS[1:], "acts"] and "positions" not in capture_meta(plain)
-    assert "positions" not in capture_meta(plain)["settings"]
+    assert plain.column_names == [*COLUMNS[1:], "acts"] and "positions" not in read_meta(tmp_path / "plain")
+    assert "positions" not in read_meta(tmp_path / "plain")["settings"]
 
     plan = plan_capture(plain_config, progress=False)
     loaded, runner = capture_runner(plan, progress=False)
@@ -143,7 +143,7 @@ def test_transformer_lens_items_equal_hf_items(tiny_models, tmp_path):  # noqa: 
                                   progress=False).folder)
     assert tl.remove_columns("acts").to_list() == hf.remove_columns("acts").to_list()
     np.testing.assert_allclose(acts_array(tl)[:, :3], acts_array(hf), atol=ATOL, rtol=0)
-    assert capture_meta(tl)["locations"][3:] == ["blocks.0.hook_resid_mid", "blocks.1.hook_resid_mid"]
+    assert read_meta(tmp_path / "tl")["locations"][3:] == ["blocks.0.hook_resid_mid", "blocks.1.hook_resid_mid"]
 
 
 def test_items_with_answers_repeat_the_prompts_answer_on_its_rows(tiny_models, tmp_path):  # noqa: F811
@@ -201,8 +201,8 @@ def test_bad_positions_are_refused_before_the_weights_load(tiny_models, tmp_path
     model = str(tiny_models["llama"])
     for extra, words in [(dict(positions="every"), "positions must be one of boundary, items"),
                          (dict(positions="items", counts=[0]), "counts are all 0")]:
-        config = CaptureConfig().with_options(model=model, **{**BASE, **extra})
-        with pytest.raises(ConfigError, match=words) as caught:
-            run_capture(config, tmp_path / "out", progress=False)
+        with pytest.raises(ConfigError, match=words) as caught:  # when the config is built, or by its plan
+            run_capture(CaptureConfig().with_options(model=model, **{**BASE, **extra}), tmp_path / "out",
+                        progress=False)
         assert caught.value.field == "positions"
         assert not (tmp_path / "out").exists()

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
+from countlens.core.args import parse_int_list
 from countlens.core.errors import ConfigError, UsageError
-from countlens.llm.cli import parse_counts
 from countlens.llm.prompts import (
     PromptSettings,
     arrangement,
@@ -110,11 +110,14 @@ def test_model_without_chat_template_needs_plain(tok):
 
 
 def test_parsers():
-    assert parse_counts("0:3,10,98:100") == [0, 1, 2, 3, 10, 98, 99, 100]
+    assert parse_int_list("0:3,10,98:100", "counts", sort=True) == [0, 1, 2, 3, 10, 98, 99, 100]
+    assert parse_int_list("10,0:3,20:30:5,2", "counts") == [10, 0, 1, 2, 3, 20, 25, 30, 2]
+    assert parse_int_list("10,0:3,20:30:5,2", "counts", sort=True) == [0, 1, 2, 3, 10, 20, 25, 30]
     assert parse_pairs("a/b, cat/dog") == [["a", "b"], ["cat", "dog"]]
-    for bad in ("3:1", "x", ""):
-        with pytest.raises(UsageError, match="--counts"):
-            parse_counts(bad)
+    for bad in ("3:1", "x", "", "0:9:0", "1:2:3:4"):
+        with pytest.raises(ConfigError, match="^counts ") as caught:
+            parse_int_list(bad, "counts")
+        assert caught.value.field == "counts"
     with pytest.raises(ConfigError, match="pairs takes"):
         parse_pairs("a-b")
     with pytest.raises(ConfigError, match="pairs takes target/distractor items like a/b,cat/dog, got '{x}'"):

@@ -8,16 +8,12 @@ import matplotlib
 import numpy as np
 import pytest
 
+from countlens.core.capture import CaptureMeta
 from countlens.core.report import Page, Section
-from countlens.probes.experiments import (
-    ProbeConfig,
-    ProbeResult,
-    behaviour_accuracy,
-    counting_capacity,
-    load_probe_data,
-    run_probes,
-)
+from countlens.probes.behaviour import behaviour_accuracy, counting_capacity
+from countlens.probes.data import load_probe_data
 from countlens.probes.metrics import count_bins
+from countlens.probes.probe import ProbeConfig, ProbeResult, run_probes
 from tests.helpers.captures import assert_round_trip, write_answer_capture
 from tests.helpers.report_checks import check_report
 
@@ -79,11 +75,11 @@ def test_captures_without_the_distribution_keep_todays_figure7(tmp_path):
     assert not b.distribution and b.capacity == 2 and b.rank1_capacity is None and b.rank1 is None
     assert set(b.binned[0]) == {"lo", "hi", "accuracy", "rows"}  # today's keys only
     rng = np.random.default_rng(0)
-    from countlens.probes.experiments import ProbeData
+    from countlens.probes.data import ProbeData
     from countlens.probes.figures import capacity_text, plot_binned_accuracy, probe_view
 
     X = np.outer(n, rng.normal(size=4))[:, None, :] + 0.01 * rng.normal(size=(len(n), 1, 4))
-    result = run_probes(ProbeConfig("m", alphas=(1e-2, 1.0), seeds=(0,)), ProbeData("m", {}, ["h"], n, X, answer))
+    result = run_probes(ProbeConfig("m", alphas=(1e-2, 1.0), seeds=(0,)), ProbeData("m", CaptureMeta(), ["h"], n, X, answer))
     fig = plot_binned_accuracy(result)
     assert len([ax for ax in fig.axes if ax.get_title()]) == 2  # accuracy and selectivity, as before
     assert capacity_text(result.behaviour) == "counting capacity: greedy n ≤ 2"

@@ -8,9 +8,12 @@ import json
 import numpy as np
 import pytest
 
-from countlens.probes.experiments import ProbeConfig, ProbeData, ProbeResult, behaviour_accuracy, run_probes
+from countlens.core.capture import CaptureMeta
+from countlens.probes.behaviour import behaviour_accuracy
+from countlens.probes.data import ProbeData
 from countlens.probes.figures import draw_probes
 from countlens.probes.metrics import control_labels, count_bins
+from countlens.probes.probe import ProbeConfig, ProbeResult, run_probes
 
 
 def test_control_labels_are_a_seeded_derangement_of_the_counts():
@@ -23,7 +26,7 @@ def test_control_labels_are_a_seeded_derangement_of_the_counts():
 
 
 def data(X, n, answer=None):
-    return ProbeData("mem", {"locations": ["h"]}, ["h"], n.astype(np.float64), X[:, None, :], answer)
+    return ProbeData("mem", CaptureMeta(locations=("h",)), ["h"], n.astype(np.float64), X[:, None, :], answer)
 
 
 def test_control_task_on_a_representation_without_count_is_at_chance():

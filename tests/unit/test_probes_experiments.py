@@ -4,18 +4,13 @@ import numpy as np
 import pytest
 from sklearn.linear_model import Ridge
 
+from countlens.core.capture import CaptureMeta
 from countlens.core.errors import ConfigError, UsageError
-from countlens.probes.experiments import (
-    ProbeConfig,
-    ProbeData,
-    ProbeResult,
-    SweepConfig,
-    SweepResult,
-    run_probes,
-    run_sweep,
-)
+from countlens.probes.data import ProbeData
 from countlens.probes.metrics import rounded_accuracy
+from countlens.probes.probe import ProbeConfig, ProbeResult, run_probes
 from countlens.probes.splits import split_rows
+from countlens.probes.sweep import SweepConfig, SweepResult, run_sweep
 from tests.helpers.captures import assert_round_trip
 
 NAMES = ["embed", "blocks.0.hook_resid_post", "blocks.1.hook_resid_post"]
@@ -29,7 +24,7 @@ def _data(rows=400, d=10, seed=0):
     acts = np.stack([rng.normal(size=(rows, d)),
                      np.outer(n, direction) * 0.2 + rng.normal(size=(rows, d)) * 0.5,
                      np.outer(n, direction) + 3.0], axis=1).astype(np.float32)  # (rows, 3, d)
-    return ProbeData("memory", {"model": "synthetic"}, list(NAMES), n, acts)
+    return ProbeData("memory", CaptureMeta(model_id="synthetic"), list(NAMES), n, acts)
 
 
 def test_configs_validate_in_their_own_terms():
@@ -37,7 +32,7 @@ def test_configs_validate_in_their_own_terms():
     for bad, message in (({"alphas": (-1.0, 2.0)}, "alphas must be finite"), ({"alphas": ()}, "alphas must not"),
                          ({"alphas": ("big",)}, "alphas must be numbers"),
                          ({"seeds": ()}, "seeds must not"), ({"fractions": (0.5, 0.5, 0.0)}, "test > 0"),
-                         ({"fractions": (0.5, 0.5, 0.5)}, "sum to 1"), ({"blas_threads": 0}, "positive number"),
+                         ({"fractions": (0.5, 0.5, 0.5)}, "sum to 1"), ({"blas_threads": 0}, "blas_threads must be >= 1"),
                          ({"bin_width": 0}, "bin_width must be >= 1"),
                          ({"classifier_C": (1.0, 0.0)}, "classifier_C values must be finite and > 0")):
         with pytest.raises(ConfigError, match=message) as err:
@@ -109,7 +104,7 @@ def test_run_probes_selects_on_validation_and_scores_test():
 
 
 def test_run_probes_resumes_an_interrupted_run_and_clears_its_cache(tmp_path, monkeypatch):
-    import countlens.probes.experiments as experiments
+    import countlens.probes.probe as experiments
 
     data = _data()
     config = ProbeConfig("memory", locations="1:2", alphas=tuple(np.logspace(-2, 2, 5)), seeds=(0,))

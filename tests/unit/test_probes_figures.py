@@ -3,7 +3,10 @@
 import matplotlib
 import numpy as np
 
-from countlens.probes.experiments import ProbeConfig, ProbeData, SweepConfig, run_probes, run_sweep
+from countlens.core.capture import CaptureMeta
+from countlens.probes.data import ProbeData
+from countlens.probes.probe import ProbeConfig, run_probes
+from countlens.probes.sweep import SweepConfig, run_sweep
 
 matplotlib.use("Agg")
 
@@ -15,7 +18,7 @@ def _data(rows=200, d=6):
     n = rng.integers(0, 30, size=rows).astype(float)
     acts = np.stack([rng.normal(size=(rows, d)), np.outer(n, rng.normal(size=d)) + rng.normal(size=(rows, d)),
                      np.outer(n, rng.normal(size=d))], axis=1)
-    return ProbeData("memory", {}, list(NAMES), n, acts)
+    return ProbeData("memory", CaptureMeta(), list(NAMES), n, acts)
 
 
 def test_figure7_names_locations_by_label_and_the_protocol():

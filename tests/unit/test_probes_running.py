@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 from sklearn.linear_model import Ridge
 
+from countlens.core.capture import CaptureMeta
 from countlens.core.errors import ConfigError
 from countlens.core.report import Page, Section
-from countlens.probes.experiments import ProbeConfig, ProbeData, load_probe_data, run_probes
+from countlens.probes.data import ProbeData, load_probe_data
 from countlens.probes.metrics import control_labels, r2, rounded_accuracy
+from countlens.probes.probe import ProbeConfig, run_probes
 from countlens.probes.running import (
     RunningCountResult,
     load_item_data,
@@ -195,7 +197,7 @@ def test_figure7_on_an_items_capture_reads_its_boundary_rows(items):
     assert len(data.n) == int(boundary.sum()) and np.array_equal(data.n, cols["n"][boundary])
     assert np.allclose(data.acts, cols["acts"][boundary].astype(np.float32))
     config = ProbeConfig("m", alphas=ALPHAS, seeds=(0,))
-    direct = run_probes(config, ProbeData("m", {}, list(ITEM_LOCATIONS), cols["n"][boundary].astype(float),
+    direct = run_probes(config, ProbeData("m", CaptureMeta(), list(ITEM_LOCATIONS), cols["n"][boundary].astype(float),
                                           cols["acts"][boundary].astype(np.float32)))
     assert run_probes(config, data).locations == direct.locations
 
@@ -204,7 +206,7 @@ def test_what_cannot_be_probed_is_refused_naming_the_field(items, tmp_path):
     path, _ = items
     for kwargs, field, message in (({"target": "count"}, "target", "target must be one of n, running_count"),
                                    ({"target": "running_count", "position_buckets": 0}, "position_buckets",
-                                    "must be a whole number >= 1"),
+                                    "must be >= 1"),
                                    ({"target": "running_count", "position_buckets": 2.5}, "position_buckets",
                                     "whole number"),
                                    ({"target": "running_count", "classifier_C": (1.0,)}, "classifier_C",

@@ -6,8 +6,8 @@ import torch
 
 from countlens.core.errors import ConfigError, UsageError
 from countlens.core.io import config_digest
-from countlens.core.store import capture_meta, load_capture
-from countlens.probes.experiments import load_probe_data
+from countlens.core.store import load_capture, read_meta
+from countlens.probes.data import load_probe_data
 from countlens.toy.export import export_toy_activations
 from countlens.toy.model import ToyConfig, init_params, layer_norm, read_params
 
@@ -21,7 +21,7 @@ def test_export_matches_explicit_attention(tmp_path, variant):
         params.beta = params.beta + 0.1
     out = export_toy_activations(cfg, params, tmp_path / "acts", seed=4)
     ds = load_capture(out)
-    meta = capture_meta(ds)
+    meta = read_meta(out)
     assert meta["locations"] == ["attn_out", "h"] and meta["d"] == 5 and meta["complete"]
     assert len(ds) == (7 + 1) * (7 + 2) // 2
     acts = load_probe_data(out).acts  # (rows, 2, d), float64 as stored
@@ -94,4 +94,4 @@ def test_the_export_digest_names_the_vectors_not_the_domain(tmp_path):
     params = init_params(cfg, seed=0)
     out = export_toy_activations(cfg, params, tmp_path / "acts")
     old = {k: v for k, v in params.to_dict(cfg).items() if k != "L"}  # the dict countlens 0.1 digested
-    assert capture_meta(load_capture(out))["settings"]["params_sha256"] == config_digest(old, length=16)
+    assert read_meta(out)["settings"]["params_sha256"] == config_digest(old, length=16)

@@ -9,9 +9,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from countlens.core.errors import ConfigError, UsageError, about, literal
+from countlens.core.fields import AtLeast, check_fields
 from countlens.core.io import read_json
 from countlens.core.pool import progress_bar
+from countlens.core.registry import Experiment, declare
 from countlens.core.results import Result, result_provenance
+from countlens.core.threads import TOY_THREADS
 from countlens.toy import budget
 from countlens.toy.check import full_domain_check
 from countlens.toy.constructions import best_construction, validate
@@ -84,8 +87,7 @@ class CheckConfig:
     L: int
 
     def __post_init__(self) -> None:
-        if int(self.L) < 1:
-            raise ConfigError("L", f"{{L}} must be >= 1, got {self.L}")
+        check_fields(self, {"L": AtLeast(1)})
 
 
 @dataclass
@@ -179,6 +181,18 @@ def run_constructions(config: ConstructionsConfig, progress: bool = False) -> Co
             built.append(run_construct(one))
             bar.update(1)
     return ConstructionsResult(built, result_provenance(config))
+
+
+# The variants the toy-vs-LLM comparison reads, constructed at the comparison's sizes.
+COMPARE_VARIANTS = ("linear", "softmax", "softmax-postln-bare", "softmax-postln-learned")
+COMPARE_CONSTRUCTIONS = {"quick": ConstructionsConfig(variants=COMPARE_VARIANTS, d=16, L=100),
+                         "full": ConstructionsConfig(variants=COMPARE_VARIANTS, d=16, L=100),
+                         "test": ConstructionsConfig(variants=COMPARE_VARIANTS, d=4, L=12)}
+
+declare(Experiment(
+    "toy-construct", "Toy constructions for the comparison", ConstructionsConfig, run_constructions,
+    ConstructionsResult, order=90, output="", presets=COMPARE_CONSTRUCTIONS, options={"progress": True},
+    threads=TOY_THREADS, study="model"))
 
 
 __all__ = ["ConstructConfig", "ConstructResult", "run_construct", "CheckConfig", "CheckFileResult", "run_check",

@@ -3,15 +3,15 @@ full-batch against mini-batch Adam from one start (docs/definitions.md §1)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from countlens.core.cache import ResultCache
-from countlens.core.errors import ConfigError
+from countlens.core.fields import AtLeast, Ints, Positive, check_fields
+from countlens.core.registry import Experiment, declare
 from countlens.core.results import Result, result_provenance
+from countlens.core.threads import TOY_THREADS
 from countlens.toy.budget import CLAIMED
-from countlens.toy.experiments.fields import int_tuple, positive_int
 from countlens.toy.model import ToyConfig
 from countlens.toy.runs import lr_given, run_cached, run_row
 from countlens.toy.train import TrainConfig
@@ -28,10 +28,10 @@ class Figure3Config:
     variant: str = "softmax"
     lr: float | None = None
 
+    FIELDS: ClassVar[dict] = {"L": AtLeast(1), "seeds": Ints(minimum=0), "steps": AtLeast(1)}
+
     def __post_init__(self) -> None:
-        positive_int(self.L, "L")
-        object.__setattr__(self, "seeds", int_tuple(self.seeds, "seeds", 0))
-        positive_int(self.steps, "steps")
+        check_fields(self, self.FIELDS, assign=True)
         ToyConfig(self.variant, self.d, self.L)
         TrainConfig(steps=self.steps, **lr_given(self.lr))
 
@@ -58,11 +58,11 @@ class Figure4Config:
     d: int = 16
     variant: str = "softmax"
 
+    FIELDS: ClassVar[dict] = {"L": AtLeast(1), "steps": AtLeast(1), "minibatch_steps": AtLeast(1),
+                              "batch_size": AtLeast(1), "lr": Positive()}
+
     def __post_init__(self) -> None:
-        for name in ("L", "steps", "minibatch_steps", "batch_size"):
-            positive_int(getattr(self, name), name)
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            raise ConfigError("lr", f"{{lr}} must be a positive finite number, got {self.lr}")
+        check_fields(self, self.FIELDS, assign=True)
         ToyConfig(self.variant, self.d, self.L)
 
     @classmethod
@@ -136,6 +136,19 @@ def run_figure4(config: Figure4Config, progress: bool = False, cache: ResultCach
             _dynamics_run(cfg, mini, cache, f"mini-batch Adam ({c.batch_size})", progress)]
     return Figure4Result(figure="4", variant=c.variant, d=c.d, L=c.L, runs=runs, param_rate=_param_rate(c.variant),
                          provenance=result_provenance(c))
+
+
+
+declare(Experiment(
+    "toy-figure3", "Figure 3", Figure3Config, run_figure3, Figure3Result, order=70, figure="countlens.toy.figures:draw_figure3", plot="countlens.toy.figures:plot_figure3",
+    view="countlens.toy.figures:figure3_view", presets={"quick": Figure3Config(), "full": Figure3Config.paper(),
+                                "test": Figure3Config(d=4, L=10, seeds=(0,), steps=5)},
+    options={"progress": True}, cache=True, threads=TOY_THREADS))
+declare(Experiment(
+    "toy-figure4", "Figure 4", Figure4Config, run_figure4, Figure4Result, order=80, figure="countlens.toy.figures:draw_figure4", plot="countlens.toy.figures:plot_figure4",
+    view="countlens.toy.figures:figure4_view", presets={"quick": Figure4Config(), "full": Figure4Config.paper(),
+                                "test": Figure4Config(d=4, L=10, steps=5, minibatch_steps=5, batch_size=16)},
+    options={"progress": True}, cache=True, threads=TOY_THREADS))
 
 
 __all__ = ["Figure3Config", "Figure4Config", "DynamicsResult", "Figure3Result", "Figure4Result", "run_figure3",

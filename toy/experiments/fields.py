@@ -1,29 +1,12 @@
-"""Checks of config fields that several toy experiments share, each a
-:class:`~countlens.core.errors.ConfigError` naming the field it is about."""
+"""The toy's own field checks, which need its constructions (each a :class:`~countlens.core.errors.ConfigError`
+naming the field it is about); the general ones (``AtLeast``, ``Ints``, ...) are :mod:`countlens.core.fields`."""
 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from countlens.core.errors import ConfigError
 from countlens.toy.constructions import validate
-
-
-def int_tuple(values: Any, field: str, minimum: int) -> tuple[int, ...]:
-    """``values`` as a non-empty tuple of ints, each ``>= minimum``."""
-    out = tuple(int(v) for v in (values if isinstance(values, (list, tuple)) else [values]))
-    if not out:
-        raise ConfigError(field, f"{{{field}}} must not be empty")
-    bad = [v for v in out if v < minimum]
-    if bad:
-        raise ConfigError(field, f"{{{field}}} values must be >= {minimum}, got {bad[0]}")
-    return out
-
-
-def positive_int(value: int, field: str) -> None:
-    if int(value) < 1:
-        raise ConfigError(field, f"{{{field}}} must be a positive integer, got {value}")
 
 
 def score_scale(tau: float | None) -> None:
@@ -46,4 +29,4 @@ def known_variants(variants: tuple[str, ...], d: int, field: str = "variants") -
             raise (exc.under(field) if exc.field == "variant" else exc) from None
 
 
-__all__ = ["int_tuple", "positive_int", "score_scale", "need_dimension", "known_variants"]
+__all__ = ["score_scale", "need_dimension", "known_variants"]

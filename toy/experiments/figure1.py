@@ -10,8 +10,10 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from countlens.core.errors import ConfigError
+from countlens.core.fields import AtLeast, check_fields
+from countlens.core.registry import Experiment, declare
 from countlens.core.results import Result, result_provenance
+from countlens.core.threads import TOY_THREADS
 from countlens.toy.budget import l_cap
 from countlens.toy.constructions import best_construction
 from countlens.toy.experiments.fields import need_dimension
@@ -35,8 +37,7 @@ class Figure1Config:
 
     def __post_init__(self) -> None:
         need_dimension(self.d)
-        if int(self.L) < 2:
-            raise ConfigError("L", f"{{L}} must be >= 2, got {self.L}")
+        check_fields(self, {"L": AtLeast(2)})
 
 
 @dataclass
@@ -100,6 +101,13 @@ def run_figure1(config: Figure1Config, progress: bool = False) -> Figure1Result:
     """The four panels of Figure 1 (see :data:`FIGURE1_PANELS`)."""
     panels = [_figure1_panel(v, title, config.d, config.L) for v, title in FIGURE1_PANELS]
     return Figure1Result(d=config.d, panels=panels, provenance=result_provenance(config))
+
+
+
+declare(Experiment(
+    "toy-figure1", "Figure 1", Figure1Config, run_figure1, Figure1Result, order=50, figure="countlens.toy.figures:draw_figure1", plot="countlens.toy.figures:plot_figure1",
+    view="countlens.toy.figures:figure1_view", presets={"quick": Figure1Config(), "full": Figure1Config(), "test": Figure1Config(L=10)},
+    options={"progress": True}, threads=TOY_THREADS))
 
 
 __all__ = ["FIGURE1_PANELS", "Figure1Config", "Figure1Panel", "Figure1Result", "run_figure1"]

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, ClassVar
 
 from countlens.core.cache import ResultCache
 from countlens.core.errors import ConfigError, UsageError, literal
+from countlens.core.fields import AtLeast, Ints, check_fields
+from countlens.core.registry import Experiment, declare
 from countlens.core.results import Result, result_provenance
+from countlens.core.threads import TOY_THREADS
 from countlens.toy import budget
 from countlens.toy.budget import TABLE3_B
 from countlens.toy.check import full_domain_check
 from countlens.toy.classification import arc_angle, classifier_construction, min_gap_by_count, storage_cost
-from countlens.toy.experiments.fields import int_tuple, need_dimension, positive_int
+from countlens.toy.experiments.fields import need_dimension
 from countlens.toy.experiments.table3 import Table3Config, Table3Result, run_table3
 from countlens.toy.model import ToyConfig
 from countlens.toy.runs import lr_given, run_cached
@@ -43,10 +47,10 @@ class Figure2Config:
     table3: str | None = None
     attained: Table3Config = field(default_factory=lambda: Table3Config(attained=True))
 
+    FIELDS: ClassVar[dict] = {"L": Ints(minimum=1), "seeds": Ints(minimum=0), "steps": AtLeast(1)}
+
     def __post_init__(self) -> None:
-        object.__setattr__(self, "L", int_tuple(self.L, "L", 1))
-        object.__setattr__(self, "seeds", int_tuple(self.seeds, "seeds", 0))
-        positive_int(self.steps, "steps")
+        check_fields(self, self.FIELDS, assign=True)
         ToyConfig(self.variant, self.d, 1)
         need_dimension(self.d)
         TrainConfig(steps=self.steps, **lr_given(self.lr), **({} if self.ce_scale is None else
@@ -156,6 +160,16 @@ def run_figure2(config: Figure2Config, progress: bool = False, cache: ResultCach
                          construction=_classifier_construction_rows(c.variant, c.d, c.L), storage=storage,
                          lmax=lmax, regression_b_min=[b if b is not None and b < math.inf else None for b in reg_b],
                          provenance=result_provenance(c))
+
+
+
+# Panel (d) of Figure 2 is Table 3's attained column: reuse it rather than train again.
+declare(Experiment(
+    "toy-figure2", "Figure 2", Figure2Config, run_figure2, Figure2Result, order=60, figure="countlens.toy.figures:draw_figure2", plot="countlens.toy.figures:plot_figure2",
+    view="countlens.toy.figures:figure2_view", reads={"table3": "toy-table3"},
+    presets={"quick": Figure2Config, "full": Figure2Config.paper,
+             "test": partial(Figure2Config, d=4, L=(5, 10), seeds=(0,), steps=5)},
+    options={"progress": True}, cache=True, threads=TOY_THREADS))
 
 
 __all__ = ["Figure2Config", "Figure2Result", "run_figure2", "readout_norms"]

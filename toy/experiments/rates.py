@@ -6,11 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from countlens.core.fields import Ints, check_fields
 from countlens.core.pool import progress_bar
+from countlens.core.registry import Experiment, declare
 from countlens.core.results import Result, result_provenance
+from countlens.core.threads import TOY_THREADS
 from countlens.toy.budget import RateFit, fit_rates, l_cap
 from countlens.toy.constructions import validate
-from countlens.toy.experiments.fields import int_tuple, known_variants, score_scale
+from countlens.toy.experiments.fields import known_variants, score_scale
 from countlens.toy.model import VARIANTS
 
 RATES_L = (10, 30, 100, 300, 1000)  # `toy rates`' grid of L: all seven variants in under a minute
@@ -31,7 +34,7 @@ class RatesConfig:
     tau: float | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "L", int_tuple(self.L, "L", 1))
+        check_fields(self, {"L": Ints(minimum=1)}, assign=True)
         object.__setattr__(self, "variants", tuple(self.variants))
         known_variants(self.variants, self.d)
         score_scale(self.tau)
@@ -89,7 +92,7 @@ class LcapConfig:
     tau: float | None = None  # None: 1/sqrt(d) per d
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "d", int_tuple(self.d, "d", 1))
+        check_fields(self, {"d": Ints(minimum=1)}, assign=True)
         for d in self.d:
             validate("softmax-preln-bare", 1, d)
         score_scale(self.tau)
@@ -131,6 +134,17 @@ def run_lcap(config: LcapConfig, progress: bool = False) -> LcapResult:
         d=list(config.d), l_cap=[r.l_cap for r in rows], l_infeasible=[r.l_infeasible for r in rows],
         b_min_at_cap=[r.b_min_at_cap for r in rows], worst_error_at_cap=[r.worst_error_at_cap for r in rows],
         tau=[r.tau for r in rows], reason=[r.reason for r in rows], provenance=result_provenance(config))
+
+
+
+declare(Experiment(
+    "toy-rates", "Table 1: B_min rates", RatesConfig, run_rates, RatesResult, order=10, view="countlens.toy.figures:rates_view",
+    presets={"quick": RatesConfig.paper(), "full": RatesConfig.paper(), "test": RatesConfig(d=4, L=(10, 30))},
+    options={"progress": True}, threads=TOY_THREADS))
+declare(Experiment(
+    "toy-lcap", "Table 1: L_cap of bare pre-LN", LcapConfig, run_lcap, LcapResult, order=20, view="countlens.toy.figures:lcap_view",
+    presets={"quick": LcapConfig(), "full": LcapConfig(), "test": LcapConfig(d=(3, 4))},
+    options={"progress": True}, threads=TOY_THREADS))
 
 
 __all__ = ["RATES_L", "RATES_L_REPORT", "RatesConfig", "RatesResult", "run_rates", "LcapConfig", "LcapResult",

@@ -7,9 +7,11 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from countlens.core.cache import ResultCache
-from countlens.core.pool import pool_map
+from countlens.core.fields import AtLeast, Ints, check_fields
+from countlens.core.pool import pool_map, workers_for
+from countlens.core.registry import Experiment, declare
 from countlens.core.results import Result, result_provenance
-from countlens.toy.experiments.fields import int_tuple, positive_int
+from countlens.core.threads import TOY_THREADS
 from countlens.toy.model import ToyConfig
 from countlens.toy.runs import lr_given, run_cached, run_row, summary
 from countlens.toy.train import TrainConfig
@@ -34,11 +36,10 @@ class Table2Config:
     variant: str = "softmax"
     init_scale: float = 0.1
 
+    FIELDS: ClassVar[dict] = {"d": Ints(minimum=1), "L": Ints(minimum=1), "seeds": Ints(minimum=0), "steps": AtLeast(1)}
+
     def __post_init__(self) -> None:
-        object.__setattr__(self, "d", int_tuple(self.d, "d", 1))
-        object.__setattr__(self, "L", int_tuple(self.L, "L", 1))
-        object.__setattr__(self, "seeds", int_tuple(self.seeds, "seeds", 0))
-        positive_int(self.steps, "steps")
+        check_fields(self, self.FIELDS, assign=True)
         TrainConfig(optimizer=self.optimizer, steps=self.steps, init_scale=self.init_scale, **lr_given(self.lr))
         ToyConfig(self.variant, self.d[0], self.L[0])
 
@@ -103,6 +104,15 @@ def run_table2(config: Table2Config, progress: bool = False, cache: ResultCache 
                          "test_exact_accuracy": summary([r["test_exact_accuracy"] for r in runs]),
                          "full_domain_worst_error": summary([r["full_domain_worst_error"] for r in runs])})
     return Table2Result(variant=c.variant, optimizer=c.optimizer, rows=rows, provenance=result_provenance(c))
+
+
+
+declare(Experiment(
+    "toy-table2", "Table 2: trained softmax", Table2Config, run_table2, Table2Result, order=30, view="countlens.toy.figures:table2_view",
+    presets={"quick": Table2Config(), "full": Table2Config.paper(),
+             "test": Table2Config(d=(4,), L=(10,), seeds=(0,), steps=5)},
+    options=lambda c: {"progress": True, "workers": workers_for(len(c.d) * len(c.L) * len(c.seeds))},
+    cache=True, threads=TOY_THREADS))
 
 
 __all__ = ["Table2Config", "Table2Result", "run_table2"]

@@ -9,11 +9,14 @@ from typing import Any, ClassVar
 
 from countlens.core.cache import ResultCache
 from countlens.core.errors import ConfigError
-from countlens.core.pool import pool_map
+from countlens.core.fields import AtLeast, Ints, Numbers, check_fields
+from countlens.core.pool import pool_map, workers_for
+from countlens.core.registry import Experiment, declare
 from countlens.core.results import Result, result_provenance
+from countlens.core.threads import TOY_THREADS
 from countlens.toy.attained import ATTAINED_ORDER, attained_columns
 from countlens.toy.budget import TABLE3_B, TABLE3_PAPER, TABLE3_VARIANTS, LMax, l_max
-from countlens.toy.experiments.fields import int_tuple, need_dimension, positive_int, score_scale
+from countlens.toy.experiments.fields import need_dimension, score_scale
 from countlens.toy.train import TrainConfig
 
 PAPER_GRID = (10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)  # Table 3's attained lengths (paper)
@@ -57,18 +60,14 @@ class Table3Config:
     attained_check_every: int = 50
     attained_patience: int = 4
 
+    FIELDS: ClassVar[dict] = {"B": Numbers(positive=True), "attained_grid": Ints(minimum=1),
+                              "attained_seeds": Ints(minimum=0), "attained_steps": AtLeast(1)}
+
     def __post_init__(self) -> None:
-        B = tuple(float(b) for b in (self.B if isinstance(self.B, (list, tuple)) else [self.B]))
-        if not B:
-            raise ConfigError("B", "{B} must not be empty")
-        if min(B) <= 0:
-            raise ConfigError("B", f"{{B}} values must be positive, got {min(B):g}")
-        object.__setattr__(self, "B", B)
+        check_fields(self, self.FIELDS, assign=True)
         need_dimension(self.d)
         score_scale(self.tau)
-        object.__setattr__(self, "attained_grid", tuple(sorted(int_tuple(self.attained_grid, "attained_grid", 1))))
-        object.__setattr__(self, "attained_seeds", int_tuple(self.attained_seeds, "attained_seeds", 0))
-        positive_int(self.attained_steps, "attained_steps")
+        object.__setattr__(self, "attained_grid", tuple(sorted(self.attained_grid)))
         for name, what in (("attained_loss", "loss"), ("attained_parametrization", "parametrization")):
             object.__setattr__(self, name, tuple(getattr(self, name)))
             if not getattr(self, name):
@@ -191,6 +190,17 @@ def run_table3(config: Table3Config, progress: bool = False, cache: ResultCache 
                            "working_set": c.attained_working_set, "check_every": c.attained_check_every,
                            "patience": c.attained_patience}
     return Table3Result(c.d, tau, variants, attained_config, result_provenance(c))
+
+
+
+declare(Experiment(
+    "toy-table3", "Table 3: capacity under a cap", Table3Config, run_table3, Table3Result, order=40,
+    view="countlens.toy.figures:table3_view", output=Table3Result.FILE,
+    presets={"quick": Table3Config(attained=True), "full": Table3Config.paper(attained=True),
+             "test": Table3Config(d=4, B=(10,), attained=True, attained_grid=(5, 10), attained_seeds=(0,),
+                                  attained_steps=5)},
+    options=lambda c: {"progress": True, "workers": workers_for(len(TABLE3_VARIANTS))},
+    cache=True, threads=TOY_THREADS))
 
 
 __all__ = ["PAPER_GRID", "QUICK_GRID", "Table3Config", "Table3Result", "run_table3", "l_max_cache_key",

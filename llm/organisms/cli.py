@@ -1,0 +1,140 @@
+"""``countlens organism``: train a model organism (``train``) and check a trained one against its planted
+circuit (``check``). Parse, build an :class:`~countlens.llm.organisms.experiment.OrganismConfig`, run, save."""
+
+from __future__ import annotations
+
+import sys
+
+from countlens.core.args import HelpFormatter, add_common_options
+from countlens.core.fields import AtLeast
+
+DESCRIPTION = """\
+Model organisms: small chat models of a stock architecture (Hugging Face's Llama) that countlens trains to
+answer its own counting prompts, with a circuit known by construction — with --live-heads only the named
+heads may write to the residual stream (every other head's slice of its block's attention output projection
+is held at exactly zero). An organism folder loads with AutoModelForCausalLM.from_pretrained and every
+countlens command runs on it (--model DIR).
+"""
+
+TRAIN_DESCRIPTION = """\
+Train a counting organism into OUT: a LlamaForCausalLM with the tokenizer and chat template of --tokenizer
+(default: the embedded SmolLM2's), trained on every wording and token pair of the default prompt set at counts
+0..L with the loss on the answer tokens only (the count as the tokenizer writes it, then end-of-turn), until
+its greedy answer is right on --target-accuracy of held-out prompts (other seeds). OUT holds the weights,
+tokenizer, chat template, organism.json (config, training curve, held-out accuracy per count) and
+organism_held_out.csv. An interrupted run resumes from OUT/.train/checkpoint.pt; a finished one is reused.
+Attention-only organisms keep Llama's MLPs with one hidden unit and every MLP weight frozen at zero.
+"""
+
+CHECK_DESCRIPTION = """\
+Run countlens's experiments on a trained organism (on its held-out prompts) and check each against what the
+construction guarantees: greedy accuracy >= 0.99; ablating a zeroed head changes the logit difference by at
+most 1e-6 of the largest clean logit difference (float32 rounding), the same for every zeroed head; the heads whose ablation matters most are exactly the live ones; patching the boundary's last
+residual with a source prompt's makes the source count's first answer token the answer's first token on
+>= 95 % of pairs; a ridge probe reads the count at the boundary (test rounded accuracy >= 0.95) right after
+the first block with a live head, and not before it. Prints one PASS/FAIL line per check; exit 1 when any
+fails.
+"""
+
+
+def register(subparsers) -> None:
+    """Add ``countlens organism`` and its subcommands."""
+    from countlens.llm.organisms.experiment import OrganismConfig
+
+    d = OrganismConfig()
+    area = subparsers.add_parser("organism", help="train chat models that count, with a planted circuit",
+                                 description=DESCRIPTION, formatter_class=HelpFormatter)
+    sub = area.add_subparsers(dest="organism_command", metavar="ORGANISM_COMMAND", parser_class=type(area))
+    sub.required = True
+    tr = sub.add_parser("train", help="train an organism into a folder (resumable)", description=TRAIN_DESCRIPTION,
+                        formatter_class=HelpFormatter)
+    tr.add_argument("--out", required=True, help="the organism's folder (new, empty, or an organism to resume)")
+    tr.add_argument("--L", dest="L", type=int, default=d.L, help="largest count (counts 0..L)")
+    tr.add_argument("--layers", type=int, default=d.layers, help="transformer blocks")
+    tr.add_argument("--heads", type=int, default=d.heads, help="attention heads per block")
+    tr.add_argument("--width", type=int, default=d.width, help="residual width (divisible by --heads)")
+    tr.add_argument("--attention-only", dest="attention_only", action="store_true",
+                    help="no MLPs (their weights frozen at zero) (default: MLPs of 4 x width)")
+    tr.add_argument("--live-heads", dest="live_heads", default=None,
+                    help="the only heads that write to the residual, block.head 0-based, like 0.1,1.3 "
+                         "(default: all)")
+    tr.add_argument("--seed", type=int, default=d.seed, help="initialisation and prompt-order seed")
+    tr.add_argument("--tokenizer", default=d.tokenizer,
+                    help="model whose tokenizer and chat template the organism takes (as --model takes it)")
+    tr.add_argument("--pairs", default=None, help="target/distractor pairs like a/b,cat/dog (default: the four "
+                                                  "default pairs)")
+    tr.add_argument("--lr", type=float, default=d.lr, help="AdamW learning rate")
+    tr.add_argument("--batch-size", dest="batch_size", type=int, default=d.batch_size, help="prompts per step")
+    tr.add_argument("--max-steps", dest="max_steps", type=int, default=d.max_steps,
+                    help="most training steps (a resumed run may raise it)")
+    tr.add_argument("--eval-every", dest="eval_every", type=int, default=d.eval_every,
+                    help="steps between held-out checks (and checkpoints)")
+    tr.add_argument("--target-accuracy", dest="target_accuracy", type=float, default=d.target_accuracy,
+                    help="held-out greedy accuracy at which training stops")
+    add_common_options(tr, "quiet")
+    add_common_options(tr, "threads", threads=2)
+    tr.set_defaults(func=cmd_train)
+    ch = sub.add_parser("check", help="check countlens's read-outs against an organism's planted circuit",
+                        description=CHECK_DESCRIPTION, formatter_class=HelpFormatter)
+    ch.add_argument("--model", required=True, help="the organism's folder (written by organism train)")
+    ch.add_argument("--out", default=None, help="folder for checks.json and checks.csv (default: none)")
+    add_common_options(ch, "quiet")
+    add_common_options(ch, "threads", threads=2)
+    ch.set_defaults(func=cmd_check)
+
+
+def train_config(args):
+    """The :class:`OrganismConfig` of a ``train`` command line."""
+    from countlens.llm.organisms.experiment import OrganismConfig, parse_live_heads
+    from countlens.llm.prompts import parse_pairs
+
+    extra = {"pairs": parse_pairs(args.pairs)} if args.pairs else {}
+    return OrganismConfig(L=args.L, layers=args.layers, heads=args.heads, width=args.width,
+                          attention_only=args.attention_only, live_heads=parse_live_heads(args.live_heads),
+                          seed=args.seed, tokenizer=args.tokenizer, lr=args.lr, batch_size=args.batch_size,
+                          max_steps=args.max_steps, eval_every=args.eval_every,
+                          target_accuracy=args.target_accuracy, **extra)
+
+
+def cmd_train(args) -> int:
+    from countlens.core.threads import torch_threads
+    from countlens.llm.models import quiet_transformers
+    from countlens.llm.organisms.experiment import heads_text, run_organism
+
+    quiet_transformers()
+    config = train_config(args)
+    with torch_threads(AtLeast(1)(args.threads, "threads")):
+        result = run_organism(config, out=args.out, progress=not args.quiet)
+    worst = min(result.held_out, key=lambda r: r["accuracy"])
+    print(f"organism: {result.n_layers} blocks x {result.n_heads} heads, width {result.d}"
+          f"{', attention-only' if result.mlp_width == 0 else ''}, live heads {heads_text(result.live_heads)}; "
+          f"{result.steps} steps in {result.train_seconds:.0f} s; held-out greedy accuracy "
+          f"{result.held_out_accuracy:.4f} (lowest: n={worst['n']} at {worst['accuracy']:.3f}) -> {args.out}")
+    if not result.converged:
+        print(f"organism: the held-out accuracy did not reach {config.target_accuracy} in {config.max_steps} steps; "
+              "rerun with a larger --max-steps to continue", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_check(args) -> int:
+    from countlens.core.threads import torch_threads
+    from countlens.llm.models import quiet_transformers
+    from countlens.llm.organisms.checks import check_organism, checks_text
+
+    quiet_transformers()
+    with torch_threads(AtLeast(1)(args.threads, "threads")):
+        result = check_organism(args.model, progress=not args.quiet)
+    if args.out:
+        result.save(args.out)
+    for line in checks_text(result):
+        print(f"organism check: {line}")
+    failed = result.failed()
+    if failed:
+        print(f"organism check: {len(failed)} of {len(result.checks)} checks FAILED: "
+              f"{', '.join(c['name'] for c in failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+__all__ = ["DESCRIPTION", "CHECK_DESCRIPTION", "register", "train_config", "cmd_train", "cmd_check"]
