@@ -9,6 +9,8 @@ its output (``"post"``). :data:`SITES` names the kinds of site; each turns an in
   ``l >= 1`` the raw output of block ``l - 1`` (``blocks.{l-1}.hook_resid_post``, before any final norm);
 - ``resid_mid``, the residual stream between a block's attention and its MLP: no Hugging Face module
   outputs it, so only the TransformerLens backend reads it;
+- ``attn_out:{architecture}`` and ``mlp_out:{architecture}``, what each block's attention and MLP add to
+  its residual stream (:data:`COMPONENT_OUTPUTS`);
 - ``attn_z:{architecture}``, the input of each block's attention output projection (the heads' outputs side
   by side, :data:`ATTENTION_OUTPUTS`), and ``attn_pattern:{architecture}``, the attention weights its parent
   module returns under eager attention (the second item of its output).
@@ -113,6 +115,47 @@ def _attn_pattern(module: str) -> Callable[[int], HookSite]:
 for _arch, _module in ATTENTION_OUTPUTS.items():
     SITES[f"attn_z:{_arch}"] = Site(f"attn_z:{_arch}", lambda n_blocks: n_blocks, _attn_z(_module))
     SITES[f"attn_pattern:{_arch}"] = Site(f"attn_pattern:{_arch}", lambda n_blocks: n_blocks, _attn_pattern(_module))
+
+
+# What each block adds to its residual stream (TransformerLens ``blocks.{b}.hook_attn_out`` / ``hook_mlp_out``):
+# the module of each architecture whose output (item 0) is the attention's, and the MLP's, write — the
+# attention module and the MLP where a block adds them as they are (pre-norm blocks, and the parallel blocks
+# of GPT-NeoX / GPT-J), the norm after them where a block normalises them first (Gemma-2/3's and OLMo-2's
+# ``post_attention_layernorm`` / ``post_feedforward_layernorm``). A block's input plus its two writes is its
+# output; every row was checked on a tiny random model of its architecture (tests/unit/test_llm_components.py).
+# An architecture missing here cannot be decomposed, and is refused before its weights load
+# (:func:`component_output_sites`).
+COMPONENT_OUTPUTS: dict[str, tuple[str, str]] = {
+    **dict.fromkeys(("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "olmo", "smollm3", "starcoder2",
+                     "helium"), ("self_attn", "mlp")),
+    **dict.fromkeys(("gemma2", "gemma3_text", "olmo2"), ("post_attention_layernorm", "post_feedforward_layernorm")),
+    "gpt2": ("attn", "mlp"), "gpt_neox": ("attention", "mlp"), "gptj": ("attn", "mlp"),
+}
+
+
+def _write(module: str, tl_name: str) -> Callable[[int], HookSite]:
+    def at(block: int) -> HookSite:
+        return HookSite(block, module, "post", f"blocks.{block}.{tl_name}")
+    return at
+
+
+# two kinds of site per architecture: ``attn_out:{model_type}`` and ``mlp_out:{model_type}``, index = block
+for _arch, (_attn, _mlp) in COMPONENT_OUTPUTS.items():
+    SITES[f"attn_out:{_arch}"] = Site(f"attn_out:{_arch}", lambda n_blocks: n_blocks, _write(_attn, "hook_attn_out"))
+    SITES[f"mlp_out:{_arch}"] = Site(f"mlp_out:{_arch}", lambda n_blocks: n_blocks, _write(_mlp, "hook_mlp_out"))
+
+
+def component_output_sites(model_type: str) -> tuple[str, str]:
+    """The :data:`SITES` kinds ``(attn_out:{model_type}, mlp_out:{model_type})`` of what each block of
+    architecture ``model_type`` adds to its residual stream; ``ConfigError("model")`` for an architecture the
+    registry does not know."""
+    if model_type not in COMPONENT_OUTPUTS:
+        raise ConfigError("model", literal(f"the hook-site registry does not know where the attention and MLP "
+                                           f"outputs of architecture {model_type!r} are (known: "
+                                           f"{', '.join(sorted(COMPONENT_OUTPUTS))})")
+                          + "; choose another {model}, or add its module paths to "
+                            "countlens.llm.hooks.COMPONENT_OUTPUTS")
+    return f"attn_out:{model_type}", f"mlp_out:{model_type}"
 
 
 def attention_output_site(model_type: str) -> str:
@@ -227,5 +270,5 @@ class HookSet:
         self.remove()
 
 
-__all__ = ["HookSite", "Site", "SITES", "ATTENTION_OUTPUTS", "attention_output_site", "attention_pattern_site",
-           "hook_sites", "residual_locations", "HookSet"]
+__all__ = ["HookSite", "Site", "SITES", "ATTENTION_OUTPUTS", "COMPONENT_OUTPUTS", "attention_output_site",
+           "attention_pattern_site", "component_output_sites", "hook_sites", "residual_locations", "HookSet"]

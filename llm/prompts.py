@@ -1,13 +1,10 @@
-"""Counting prompts (docs/definitions.md §2): a chat turn asking to count a target item among distractors.
+"""Counting prompts (docs/definitions.md §2): a chat turn asking to count, in the task ``--task`` chooses.
 
-A prompt is fixed by ``(n, m, pair, config, seed, k)``: ``n`` targets and ``m`` distractors (a *token pair*),
-shuffled, each item written as a space followed by the item, inside an instruction wording (a
-*configuration*). A prompt is rendered from its parts (instruction before the items, each item, instruction
-after), so every item's characters are known; the fast tokenizer's offset mapping then gives each item's
-token, and the check asks the real question in any vocabulary: is each item exactly one token of its own
-(not merged with a neighbour such as ``:`` or ``\\n``), with ``n`` target and ``m`` distractor tokens. The number
-of distractors and the item order depend only on ``(seed, n, k)``, so the pairs and configurations of one seed
-are paired comparisons. ``m`` is drawn uniformly from ``0..L-n`` (the toy's domain ``n + m <= L``).
+A task (:mod:`countlens.llm.tasks`: ``lists``, the paper's target/distractor lists, by default) writes each
+prompt's user message with the character spans of its items and which are targets; the message is rendered in
+the chat template, and the fast tokenizer's offset mapping gives each item's token
+(:func:`countlens.llm.tasks.item_positions`, under the task's rule: for ``lists`` each item exactly one token of
+its own, not merged with a neighbour such as ``:`` or ``\\n``, with ``n`` target and ``m`` distractor tokens).
 
 The **assistant boundary** is the last token of the prompt after ``apply_chat_template(...,
 add_generation_prompt=True)`` (for SmolLM2 the ``\\n`` after ``<|im_start|>assistant``); the text after the
@@ -22,28 +19,28 @@ from typing import ClassVar
 
 import numpy as np
 
-from countlens.core.errors import ConfigError, UsageError, literal
+from countlens.core.errors import ConfigError, literal
 from countlens.core.fields import AtLeast, Ints, OneOf, check_fields
+from countlens.llm.tasks import (
+    CANDIDATE_PAIRS,
+    CONFIGURATIONS,
+    DEFAULT_PAIRS,
+    DEFAULT_TASK,
+    TASKS,
+    Task,
+    arrangement,
+    encode,
+    instruction_parts,
+    item_positions,
+    item_problem,
+    pair_name,
+    parse_task,
+)
 
-# (target, distractor): common English words, one token each (with a leading space) in GPT-2, Llama-3,
-# Qwen2 and SmolLM2 vocabularies.
-DEFAULT_PAIRS = (("a", "b"), ("x", "o"), ("cat", "dog"), ("red", "blue"))
-# More pairs to try where a default one is not single-token (``countlens llm pairs``).
-CANDIDATE_PAIRS = DEFAULT_PAIRS + (("A", "B"), ("yes", "no"), ("up", "down"), ("on", "off"), ("hot", "cold"),
-                                   ("sun", "moon"), ("dot", "dash"), ("big", "small"), ("left", "right"),
-                                   ("apple", "pear"), ("x", "y"), ("1", "0"))
 DEFAULT_L = 256
 DEFAULT_COUNTS = tuple(range(0, 101))
 DEFAULT_SEEDS = (0, 1, 2)
 
-# Instruction wordings. ``{target}`` is the counted item, ``{items}`` the space-prefixed item sequence.
-CONFIGURATIONS = {
-    "count": 'Count how many times "{target}" appears in the following sequence. Answer with a number.\n'
-             "Sequence:{items}",
-    "how-many": 'How many times does "{target}" occur in this list?\nList:{items}\nReply with just the number.',
-    "tally": "Here is a sequence of items:{items}\n"
-             'What is the number of "{target}" items in it? Give only the count.',
-}
 TEMPLATES = ("chat", "plain")
 PLAIN_TEMPLATE = "{instruction}\nAnswer:"
 
@@ -60,6 +57,7 @@ class PromptSettings:
     configs: list[str] = field(default_factory=lambda: list(CONFIGURATIONS))
     seeds: list[int] = field(default_factory=lambda: list(DEFAULT_SEEDS))
     template: str = "chat"
+    task: str = DEFAULT_TASK
 
     FIELDS: ClassVar[dict] = {"L": AtLeast(1), "counts": Ints(minimum=0, distinct=True), "per_count": AtLeast(1),
                               "seeds": Ints(), "template": OneOf(TEMPLATES)}
@@ -80,17 +78,39 @@ class PromptSettings:
             if len(pair) != 2 or not all(pair) or pair[0] == pair[1]:
                 raise ConfigError("pairs", "{pairs}: a pair is two different items like cat/dog, got "
                                            + literal(repr("/".join(pair))))
-        unknown = [c for c in self.configs if c not in CONFIGURATIONS]
+        task = parse_task(self.task)
+        self.task = task.text
+        unknown = [c for c in self.configs if c not in task.wordings]
         if unknown or not self.configs:
-            raise ConfigError("configs", f"{{configs}} must be among {', '.join(CONFIGURATIONS)}, got "
-                                         + literal(", ".join(unknown) or "none"))
+            raise ConfigError("configs", f"{{configs}} must be among {', '.join(task.wordings)} (the wordings of "
+                                         f"{task.name}), got " + literal(", ".join(unknown) or "none"))
         return self
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The settings as a record (a capture's resume key); ``task`` only where it is not the default, so the
+        keys of captures made before tasks existed still match."""
+        out = asdict(self)
+        if out["task"] == DEFAULT_TASK:
+            del out["task"]
+        return out
+
+    def counting_task(self) -> Task:
+        """The task these settings name, its options checked (:func:`~countlens.llm.tasks.parse_task`)."""
+        return parse_task(self.task)
+
+    def require_twins(self, what: str) -> None:
+        """``ConfigError`` naming ``task`` where the task has no corrupted twin of the same token length, which
+        ``what`` (an analysis, e.g. "patching over positions") needs."""
+        task = self.counting_task()
+        if not task.twins:
+            able = ", ".join(name for name, t in TASKS.items() if t.twins)
+            raise ConfigError("task", f"{what} needs a corrupted twin of each prompt (the same tokens but one, the "
+                                      f"count changed by one), which the task {literal(task.name)} does not define;"
+                                      f" use a {{task}} that does ({literal(able)})")
 
     def n_prompts(self) -> int:
-        return len(self.counts) * self.per_count * len(self.pairs) * len(self.configs) * len(self.seeds)
+        """The number of prompts these settings make (:meth:`~countlens.llm.tasks.Task.size`)."""
+        return self.counting_task().size(self)
 
 
 @dataclass
@@ -98,7 +118,8 @@ class Prompt:
     """One rendered prompt and its metadata; ``ids`` are the tokens fed to the model (boundary last).
 
     ``first_item_index`` / ``last_item_index``: token indices of the first and last item (-1 without items);
-    the items are the tokens between them, in order.
+    ``item_indices``: each item's token index in order (items sharing a token share it; empty: the tokens
+    ``first_item_index..last_item_index``), ``item_targets``: True for each counted item.
     """
 
     n: int
@@ -110,6 +131,20 @@ class Prompt:
     ids: list[int]
     first_item_index: int = -1
     last_item_index: int = -1
+    item_indices: tuple[int, ...] = ()
+    item_targets: tuple[bool, ...] = ()
+
+    def item_tokens(self) -> tuple[list[int], list[int]]:
+        """The distinct item tokens in order and the targets among the items of each (a running count is
+        counted per token; docs/definitions.md §2)."""
+        if not self.item_indices:
+            span = list(range(self.first_item_index, self.last_item_index + 1)) if self.first_item_index >= 0 else []
+            if len(span) != len(self.item_targets):
+                raise ValueError("a prompt without item_indices needs item_targets for every item token")
+            return span, [int(t) for t in self.item_targets]
+        tokens, counts = np.unique(np.asarray(self.item_indices), return_inverse=True)
+        per_token = np.bincount(counts, weights=np.asarray(self.item_targets, dtype=float), minlength=len(tokens))
+        return tokens.tolist(), per_token.astype(int).tolist()
 
     @property
     def n_tokens(self) -> int:
@@ -118,12 +153,6 @@ class Prompt:
     @property
     def boundary_index(self) -> int:
         return len(self.ids) - 1
-
-
-
-
-def pair_name(pair) -> str:
-    return f"{pair[0]}/{pair[1]}"
 
 
 def parse_pairs(text: str) -> list[list[str]]:
@@ -140,28 +169,6 @@ def parse_pairs(text: str) -> list[list[str]]:
     if not pairs:
         raise ConfigError("pairs", "{pairs} must name at least one target/distractor pair")
     return pairs
-
-
-def arrangement(seed: int, n: int, k: int, L: int) -> np.ndarray:
-    """A shuffled 0/1 item sequence (1 = target) with ``n`` ones and ``m ~ U{0..L-n}`` zeros."""
-    rng = np.random.default_rng([seed, n, k, L])
-    m = int(rng.integers(0, L - n + 1))
-    items = np.zeros(n + m, dtype=np.int8)
-    items[:n] = 1
-    rng.shuffle(items)
-    return items
-
-
-def instruction_parts(config: str, pair, items: np.ndarray) -> tuple[str, np.ndarray]:
-    """The instruction text and each item's character span in it, (n_items, 2) ``[start, end)`` from the
-    item's leading space."""
-    target, distractor = pair
-    before, after = (part.format(target=target) for part in CONFIGURATIONS[config].split("{items}"))
-    words = (f" {distractor}", f" {target}")
-    lengths = np.where(np.asarray(items) == 1, len(words[1]), len(words[0]))
-    ends = len(before) + np.cumsum(lengths)
-    spans = np.stack([ends - lengths, ends], axis=1) if len(lengths) else np.zeros((0, 2), dtype=np.int64)
-    return before + "".join(words[it] for it in items.tolist()) + after, spans
 
 
 def render(tokenizer, instruction: str, template: str) -> tuple[str, bool, int]:
@@ -192,54 +199,14 @@ def _first_line(exc: Exception) -> str:
     return text.splitlines()[0][:200] if text else exc.__class__.__name__
 
 
-def _encode(tokenizer, texts: list[str], add_special: bool) -> tuple[list[list[int]], list]:
-    """Token ids and character offsets of each text (needs a fast tokenizer's offset mapping)."""
-    try:
-        enc = tokenizer(texts, add_special_tokens=add_special, return_offsets_mapping=True)
-    except NotImplementedError:
-        raise UsageError("the model's tokenizer gives no character offsets (not a fast tokenizer), so items "
-                         "cannot be located; convert it to a fast tokenizer (tokenizer.json)") from None
-    return enc["input_ids"], enc["offset_mapping"]
-
-
-def item_positions(offsets, spans: np.ndarray) -> np.ndarray:
-    """The token index of each item, or -1 for an item that is not exactly one token of its own.
-
-    ``offsets``: each token's ``(start, end)`` characters (special tokens ``(0, 0)``); ``spans``: (n_items, 2)
-    each item's characters from its leading space. An item is one token of its own when exactly one token
-    touches its span and that token lies inside it (a tokenizer that trims offsets may leave the space
-    uncovered); a token reaching outside (``":" + " a"``, ``" a" + "\\n"``) or a second token (the space
-    alone) fails.
-    """
-    offsets = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
-    real = np.flatnonzero(offsets[:, 1] > offsets[:, 0])
-    starts, ends = offsets[real, 0], offsets[real, 1]
-    a, b = spans[:, 0], spans[:, 1]
-    k = np.searchsorted(ends, a, side="right")  # the first token ending after the span starts
-    has = k < len(real)
-    kk = np.minimum(k, len(real) - 1)
-    nxt = np.minimum(k + 1, len(real) - 1)
-    alone = (k + 1 >= len(real)) | (starts[nxt] >= b)
-    one = has & (starts[kk] >= a) & (starts[kk] < b) & (ends[kk] <= b) & alone
-    return np.where(one, real[kk], -1)
-
-
-def _tokens_over(tokenizer, ids, offsets, a: int, b: int) -> list[str]:
-    return [tokenizer.decode([ids[i]]) for i, (s, e) in enumerate(offsets) if e > s and s < b and e > a]
-
-
-def _check_items(tokenizer, text: str, ids, offsets, spans: np.ndarray, items) -> tuple[np.ndarray, str | None]:
-    """Each item's token index, and why the items of this tokenized prompt are not one token each with one
-    id per kind (``None`` when they are)."""
-    if not len(spans):
-        return np.zeros(0, dtype=np.int64), None
-    positions = item_positions(offsets, spans)
-    bad = np.flatnonzero(positions < 0)
-    if len(bad):
-        j = int(bad[0])
-        a, b = (int(v) for v in spans[j])
-        return positions, (f"item {j} {text[a:b]!r} is not one token of its own (tokens "
-                           f"{_tokens_over(tokenizer, ids, offsets, a, b)})")
+def _check_items(tokenizer, text: str, ids, offsets, spans: np.ndarray, items, rule: str = "own",
+                 pairs: bool = True) -> tuple[np.ndarray, str | None]:
+    """Each item's token index, and why the items of this tokenized prompt break the task's ``rule``
+    (:func:`~countlens.llm.tasks.item_problem`) or, for a task of token ``pairs``, do not map to one token id
+    per kind (``None`` when they do)."""
+    positions, problem = item_problem(tokenizer, text, ids, offsets, spans, rule)
+    if problem or not pairs or not len(spans):
+        return positions, problem
     token = np.asarray(ids)[positions]
     items = np.asarray(items)
     kinds = [set(np.unique(token[items == kind]).tolist()) for kind in (1, 0)]
@@ -260,7 +227,7 @@ def pair_problem(tokenizer, pair, configs, template: str) -> str | None:
         for items in _PROBES:
             instruction, spans = instruction_parts(config, pair, items)
             text, special, start = render(tokenizer, instruction, template)
-            ids, offsets = (x[0] for x in _encode(tokenizer, [text], special))
+            ids, offsets = (x[0] for x in encode(tokenizer, [text], special))
             _, problem = _check_items(tokenizer, text, ids, offsets, spans + start, items)
             if problem:
                 return f"{problem} in the {config} wording"
@@ -273,13 +240,59 @@ def single_token_pairs(tokenizer, candidates, configs=tuple(CONFIGURATIONS), tem
 
 
 def build_prompts(tokenizer, settings: PromptSettings) -> list[Prompt]:
-    """All prompts of ``settings``, tokenized, in grid order (seed, config, pair, count, k).
+    """All prompts of ``settings``, tokenized, in grid order (seed, config, pair, count, k), in its task
+    (:mod:`countlens.llm.tasks`).
 
-    Every item must be one token of its own, giving ``n`` target and ``m`` distractor tokens; the text after
-    the user's message (the generation prompt) and the boundary token must be the same for every prompt.
-    Raises :class:`ConfigError` (``pairs`` or ``template``) otherwise, naming the default pairs that do
-    work for a pair that does not.
+    Every item's token comes from its character span under the task's rule (for ``lists``, every item one
+    token of its own, giving ``n`` target and ``m`` distractor tokens); the text after the user's message
+    (the generation prompt) and the boundary token must be the same for every prompt. Raises
+    :class:`ConfigError` (``pairs``, ``task`` or ``template``) otherwise, naming the default pairs that do work
+    for a pair that does not.
     """
+    task = settings.counting_task()
+    if task.uses_pairs:
+        _check_pairs(tokenizer, settings)
+    prompts: list[Prompt] = []
+    ending: str | None = None
+    for group in task.grid(settings):
+        rendered = []
+        for drawn in group:
+            instruction = drawn.instruction
+            text, special, start = render(tokenizer, instruction.text, settings.template)
+            rendered.append((drawn, text, instruction.spans + start, text[start + len(instruction.text):]))
+        encoded = encode(tokenizer, [r[1] for r in rendered], special)
+        for (drawn, text, spans, tail), ids, offsets in zip(rendered, *encoded, strict=True):
+            ending = tail if ending is None else ending
+            if tail != ending:
+                raise ConfigError("template", "the chat template ends prompts differently after the "
+                                  f"user's message ({literal(repr(ending))} vs {literal(repr(tail))}); "
+                                  "pass {template:plain}")
+            targets = drawn.instruction.targets
+            positions, problem = _check_items(tokenizer, text, ids, offsets, spans, targets, task.rule,
+                                              task.uses_pairs)
+            if problem:
+                where = (f"in the prompt n={drawn.n}, m={len(targets) - drawn.n}, config {drawn.config}, "
+                         f"seed {drawn.seed}")
+                if task.uses_pairs:
+                    raise ConfigError("pairs", literal(f"pair {drawn.pair} {where}: {problem}") + "; it merges "
+                                      "with a neighbour here though not everywhere; choose other {pairs}")
+                raise ConfigError("task", "{task}: " + literal(f"{problem} {where}") + "; the model's tokenizer "
+                                  "cannot tell these items apart")
+            prompts.append(Prompt(n=drawn.n, m=len(targets) - drawn.n, pair=drawn.pair, config=drawn.config,
+                                  seed=drawn.seed, prompt=text, ids=ids,
+                                  first_item_index=int(positions[0]) if len(positions) else -1,
+                                  last_item_index=int(positions[-1]) if len(positions) else -1,
+                                  item_indices=tuple(int(i) for i in positions),
+                                  item_targets=tuple(bool(t) for t in targets)))
+    if len({p.ids[-1] for p in prompts}) != 1:
+        raise ConfigError("template", "prompts end in different boundary tokens; the chat template does not end "
+                                      "the same way for every prompt; pass {template:plain}")
+    return prompts
+
+
+def _check_pairs(tokenizer, settings: PromptSettings) -> None:
+    """``ConfigError`` naming ``pairs`` for a pair that is not one token per item in these wordings, naming
+    the default pairs that do work."""
     for pair in settings.pairs:
         problem = pair_problem(tokenizer, pair, settings.configs, settings.template)
         if problem:
@@ -289,39 +302,6 @@ def build_prompts(tokenizer, settings: PromptSettings) -> list[Prompt]:
                     else "none of the defaults works for this model")
             raise ConfigError("pairs", literal(f"pair {pair_name(pair)} is not one token per item for this "
                                                f"model: {problem}; {hint}") + "; choose other {pairs}")
-    prompts: list[Prompt] = []
-    ending: str | None = None
-    for seed in settings.seeds:
-        for config in settings.configs:
-            for pair in settings.pairs:
-                rendered = []
-                for n in settings.counts:
-                    for k in range(settings.per_count):
-                        items = arrangement(seed, n, k, settings.L)
-                        instruction, spans = instruction_parts(config, pair, items)
-                        text, special, start = render(tokenizer, instruction, settings.template)
-                        rendered.append((n, items, text, spans + start, text[start + len(instruction):]))
-                encoded = _encode(tokenizer, [r[2] for r in rendered], special)
-                for (n, items, text, spans, tail), ids, offsets in zip(rendered, *encoded, strict=True):
-                    ending = tail if ending is None else ending
-                    if tail != ending:
-                        raise ConfigError("template", "the chat template ends prompts differently after the "
-                                          f"user's message ({literal(repr(ending))} vs {literal(repr(tail))}); "
-                                          "pass {template:plain}")
-                    positions, problem = _check_items(tokenizer, text, ids, offsets, spans, items)
-                    if problem:
-                        raise ConfigError("pairs", literal(f"pair {pair_name(pair)} in the prompt n={n}, "
-                                                           f"m={len(items) - n}, config {config}, seed {seed}: "
-                                                           f"{problem}") + "; it merges with a neighbour here "
-                                          "though not everywhere; choose other {pairs}")
-                    prompts.append(Prompt(n=n, m=len(items) - n, pair=pair_name(pair), config=config, seed=seed,
-                                          prompt=text, ids=ids,
-                                          first_item_index=int(positions[0]) if len(positions) else -1,
-                                          last_item_index=int(positions[-1]) if len(positions) else -1))
-    if len({p.ids[-1] for p in prompts}) != 1:
-        raise ConfigError("template", "prompts end in different boundary tokens; the chat template does not end "
-                                      "the same way for every prompt; pass {template:plain}")
-    return prompts
 
 
 def boundary_tokens(tokenizer, prompt: Prompt, context: int = 4) -> dict:
@@ -336,3 +316,9 @@ def mark_boundary(tokenizer, prompt: Prompt) -> str:
     prefix = tokenizer.decode(prompt.ids[:-1])
     last = tokenizer.decode([prompt.ids[-1]])
     return f"{prefix}⟦{last.encode('unicode_escape').decode('ascii')}⟧"
+
+
+__all__ = ["CANDIDATE_PAIRS", "CONFIGURATIONS", "DEFAULT_PAIRS", "DEFAULT_L", "DEFAULT_COUNTS", "DEFAULT_SEEDS",
+           "TEMPLATES", "PLAIN_TEMPLATE", "PromptSettings", "Prompt", "pair_name", "parse_pairs", "arrangement",
+           "instruction_parts", "item_positions", "render", "pair_problem", "single_token_pairs", "build_prompts",
+           "boundary_tokens", "mark_boundary"]

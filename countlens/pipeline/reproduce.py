@@ -8,8 +8,8 @@ experiments keep their finished parts in a :class:`~countlens.core.cache.ResultC
 (``OUT/<stage>/.cache``, removed once the stage is done).
 
 The run loads each model once (:func:`countlens.llm.models.model_pool`): a stage that declares the model it
-runs (``Stage(model=...)``) is handed it loaded, and every resolution, tokenizer and config the stages'
-plans read is read once.
+runs (``Stage(model=...)``) is handed it loaded, and a stage whose run takes ``pool=`` is handed the run's
+pool, so every resolution, tokenizer and config the stages' plans read is read once.
 
 ``OUT/index.html`` (:mod:`countlens.pipeline.report`) shows every figure and table with the configs and
 package versions that made them; every number on it is read from the JSON file beside it.
@@ -17,6 +17,7 @@ package versions that made them; every number on it is read from the JSON file b
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from pathlib import Path
 from typing import Any
@@ -89,7 +90,7 @@ def reproduce(out: Path, preset: str, capture: dict[str, Any] | None = None, onl
     refuse_other_stages(out, stages)
     named = {s.name: s for s in stages}
     handed = pool
-    with model_pool() if handed is None else handed.active() as pool:  # each model resolved, read, loaded once
+    with model_pool() if handed is None else contextlib.nullcontext(handed) as pool:  # each model read, loaded once
         if (not only or SOURCE in only) and stage_done(out, named[SOURCE]) is None:
             # the plan is kept in the pool: the capture stage runs this one
             preflight_capture(named[SOURCE].config, out / SOURCE / ACTS_PLACE, pool=pool)

@@ -25,6 +25,7 @@ stages that need it are skipped, the others still run.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import resource
 import sys
 import time
@@ -154,7 +155,7 @@ def run_stage(out: Path, stage: Stage, pool: Any = None) -> dict[str, Any]:
     """Run ``stage``, save its result and figures, and write ``stage.json`` on success. Returns the record.
 
     ``pool`` (a :class:`~countlens.llm.models.ModelPool`) hands a stage that declares ``model`` its loaded
-    model (``loaded=``); without one the stage loads its own. A :class:`UsageError` fails the stage with its
+    model (``loaded=``), and itself to a run that takes ``pool=``; without one the stage loads its own. A :class:`UsageError` fails the stage with its
     message; any other exception fails it with its type and message, its traceback in
     ``OUT/<stage>/error.log``. ``KeyboardInterrupt`` stops the whole run.
     """
@@ -170,6 +171,8 @@ def run_stage(out: Path, stage: Stage, pool: Any = None) -> dict[str, Any]:
         with torch_threads(stage.threads):
             if stage.model is not None and pool is not None:
                 kwargs["loaded"] = pool.loaded(stage.model, progress=bool(stage.options.get("progress", True)))
+            if pool is not None and "pool" in inspect.signature(stage.run).parameters:
+                kwargs["pool"] = pool  # the stage's own plan reads the run's resolutions, tokenizers, configs
             result = stage.run(stage.configured(out), **kwargs)
         if not isinstance(result, stage.result_type):
             got = "None" if result is None else f"a {type(result).__name__}"

@@ -82,10 +82,15 @@ def cmd_prompts(args) -> int:
     prompts = sorted(plan.prompts, key=lambda p: p.n)
     step = max(1, len(prompts) // args.show)
     for p in prompts[::step][:args.show]:
+        tokens = p.item_tokens()[0]
+        items = (f"{p.first_item_index}..{p.last_item_index}" if tokens == list(range(p.first_item_index,
+                 p.last_item_index + 1)) or not tokens else ",".join(map(str, tokens)))
         print(f"--- n={p.n} m={p.m} pair={p.pair} config={p.config} seed={p.seed} tokens={p.n_tokens} "
-              f"boundary_index={p.boundary_index} items={p.first_item_index}..{p.last_item_index}")
+              f"boundary_index={p.boundary_index} items={items}")
         print(mark_boundary(plan.tokenizer, p))
-    print(f"--- {len(prompts)} prompts in all; the boundary token is marked ⟦...⟧")
+    task = plan.config.prompts.task
+    print(f"--- {len(prompts)} prompts in all{'' if task == 'lists' else f' of the task {task}'}; the boundary "
+          "token is marked ⟦...⟧")
     return 0
 
 

@@ -69,15 +69,10 @@ from countlens.llm.models import (
 )
 from countlens.llm.prompts import (
     CANDIDATE_PAIRS,
-    CONFIGURATIONS,
     Prompt,
     PromptSettings,
     boundary_tokens,
     build_prompts,
-    instruction_parts,
-    item_positions,
-    pair_name,
-    render,
     single_token_pairs,
 )
 
@@ -151,7 +146,7 @@ class CaptureConfig(ExperimentConfig):
 class CapturePlan:
     """A checked capture before any weights are read: where the model is, its tokenizer, the prompts
     (length-sorted), the location indices (``None`` = all), the resume key, the number of blocks, the
-    residual width ``d``, and for an items capture each token pair's target token ids (``targets``)."""
+    residual width ``d``."""
 
     config: CaptureConfig
     ref: ModelRef
@@ -161,7 +156,6 @@ class CapturePlan:
     key: dict[str, Any]
     n_blocks: int
     d: int = 0
-    targets: dict[str, set[int]] | None = None
 
     @property
     def candidates(self) -> list[int] | None:
@@ -215,7 +209,8 @@ class CapturePlan:
             extra["answer_candidates"] = self.candidates
         return {
             **facts, "dtype": c.acts_dtype, "backend": c.backend, "settings": self.key,
-            "token_pairs": settings.pairs, "configurations": {k: CONFIGURATIONS[k] for k in settings.configs},
+            "token_pairs": settings.pairs, "task": settings.task,
+            "configurations": {k: settings.counting_task().wordings[k] for k in settings.configs},
             "seeds": settings.seeds, "L": settings.L, "counts": settings.counts, "per_count": settings.per_count,
             "template": settings.template, "boundary": boundary_tokens(self.tokenizer, self.prompts[0]),
             "n_prompts": len(self.prompts), "shard_rows": c.shard_rows, "max_tokens": self.prompts[-1].n_tokens,
@@ -236,7 +231,7 @@ class CapturePlan:
 
 def plan_capture(config: CaptureConfig, progress: bool = True, pool: ModelPool | None = None) -> CapturePlan:
     """Resolve and check ``config`` from the tokenizer and the model's config alone (no weights are read);
-    in a run's model ``pool`` (default: the active one; ``reproduce``, ``study``) once per config, so the
+    in a run's model ``pool`` (``reproduce``, ``study``; without one, afresh) once per config, so the
     pre-load check and the run that follows it share one plan.
 
     Raises :class:`UsageError` (a :class:`ConfigError` naming the field where one is to blame) for an
@@ -269,14 +264,11 @@ def _plan(config: CaptureConfig, progress: bool, pool: ModelPool | None) -> Capt
                                "lower {L}")
     if config.answers:
         _check_candidates(tokenizer, config, n_ctx, longest)
-    targets = None
-    if config.positions == "items":
-        if all(p.first_item_index < 0 for p in prompts):
-            raise ConfigError("positions", "{positions:items}: the prompts hold no items to keep; use "
-                                           "{positions:boundary}")
-        targets = target_token_ids(tokenizer, config.prompts)
+    if config.positions == "items" and all(p.first_item_index < 0 for p in prompts):
+        raise ConfigError("positions", "{positions:items}: the prompts hold no items to keep; use "
+                                       "{positions:boundary}")
     return CapturePlan(config, ref, tokenizer, prompts, locations, _settings_key(config, locations), n_blocks,
-                       hidden_size(model_config), targets)
+                       hidden_size(model_config))
 
 
 def _check_candidates(tokenizer, config: CaptureConfig, n_ctx: int | None, longest: int) -> None:
@@ -294,24 +286,6 @@ def _check_candidates(tokenizer, config: CaptureConfig, n_ctx: int | None, longe
                                f"({tokens} tokens, of the counts {counts[0]}..{counts[-1]}) exceed the model's "
                                f"context of {n_ctx} tokens; lower {{L}} or the largest of {{counts}}",
                           also=("counts",))
-
-
-def target_token_ids(tokenizer, settings: PromptSettings) -> dict[str, set[int]]:
-    """Per token pair (its name), the token ids of its target item in these prompts: the items of a short
-    rendering in each wording, found as :func:`~countlens.llm.prompts.build_prompts` finds them (character
-    spans and the tokenizer's offsets)."""
-    items = np.array([1, 0, 0, 1, 1, 0], dtype=np.int8)  # each item first, last and beside both
-    out: dict[str, set[int]] = {}
-    for pair in settings.pairs:
-        found: set[int] = set()
-        for wording in settings.configs:
-            instruction, spans = instruction_parts(wording, pair, items)
-            text, special, start = render(tokenizer, instruction, settings.template)
-            enc = tokenizer(text, add_special_tokens=special, return_offsets_mapping=True)
-            where = item_positions(enc["offset_mapping"], spans + start)
-            found |= {int(enc["input_ids"][i]) for i in where[items == 1] if i >= 0}
-        out[pair_name(pair)] = found
-    return out
 
 
 def preflight_capture(config: CaptureConfig, out: str | Path | None = None, progress: bool = True,
@@ -363,7 +337,6 @@ def capture_runner(plan: CapturePlan, loaded: LoadedModel | None = None, progres
     else:
         runner = shard_runner(loaded, plan.locations, config.backend, config.padding_side, config.batch_size,
                               config.positions)
-    runner.targets = plan.targets
     return loaded, runner
 
 
@@ -529,18 +502,20 @@ def capture_spec(meta: CaptureMeta, device: str = "cpu") -> ModelSpec:
                      trust_remote_code=meta.trust_remote_code, device=device, dtype=meta.model_dtype)
 
 
-def capture_model(meta: CaptureMeta, device: str = "cpu", progress: bool = False) -> LoadedModel:
-    """The model a capture ran (its metadata ``meta``), random-initialised again where the capture was."""
+def capture_model(meta: CaptureMeta, device: str = "cpu", progress: bool = False,
+                  pool: ModelPool | None = None) -> LoadedModel:
+    """The model a capture ran (its metadata ``meta``), random-initialised again where the capture was;
+    in ``pool`` resolved, read and loaded once."""
     spec = capture_spec(meta, device)
     if meta.random_init_seed is not None:
-        ref = spec.resolve(progress)
-        return random_init_model(ref, load_tokenizer(ref), meta.random_init_seed, spec.device, spec.dtype)
-    return spec.load(progress)
+        ref = spec.resolve(progress, pool=pool)
+        return random_init_model(ref, load_tokenizer(ref, pool), meta.random_init_seed, spec.device, spec.dtype)
+    return spec.load(progress, pool=pool)
 
 
 def capture_prompts(meta: CaptureMeta) -> PromptSettings:
     """The prompt settings a capture was made with (its recorded resume key)."""
-    return PromptSettings(**{k: meta.settings[k] for k in PromptSettings().to_dict()})
+    return PromptSettings(**{k: meta.settings[k] for k in (*PromptSettings().to_dict(), "task") if k in meta.settings})
 
 
 def capture_is_whole(out_dir: Path) -> bool:
@@ -591,6 +566,6 @@ declare(Experiment(
 
 
 __all__ = ["ACTS_DTYPES", "PADDING_SIDES", "SHARD_ROWS", "CaptureConfig", "CapturePlan",
-           "plan_capture", "target_token_ids", "preflight_capture", "check_disk", "CaptureResult",
+           "plan_capture", "preflight_capture", "check_disk", "CaptureResult",
            "capture_runner", "run_capture", "LocalShards", "capture_lifecycle", "find_pairs", "capture_spec",
            "capture_model", "capture_prompts", "random_init_model", "capture_is_whole"]

@@ -22,6 +22,7 @@ from countlens.llm.capture.experiment import ACTS_DTYPES, PADDING_SIDES, Capture
 from countlens.llm.capture.residuals import BACKENDS, POSITIONS
 from countlens.llm.models import DTYPES
 from countlens.llm.prompts import CONFIGURATIONS, TEMPLATES, parse_pairs
+from countlens.llm.tasks import task_help
 
 
 def names_list(text: str, field: str = "") -> list[str]:
@@ -67,14 +68,15 @@ CAPTURE_OPTIONS: dict[str, CaptureOption] = {o.dest: o for o in (
                                                               "some architectures; recorded)", switch=True),
     CaptureOption("--device", "device", "cpu, cuda, cuda:N, mps, or auto (accelerate device map)"),
     CaptureOption("--dtype", "dtype", "model compute dtype", choices=DTYPES),
-    CaptureOption("--L", "L", "maximum number of items n + m", type=int),
+    CaptureOption("--L", "L", "maximum number of items n + m (repeat: unused beyond the counts' bound)", type=int),
     CaptureOption("--counts", "counts", f"counts n: {INT_LIST}", parse=parse_counts, text=ints_text),
     CaptureOption("--per-count", "per_count", "prompts per (count, pair, configuration, seed)", type=int),
     CaptureOption("--pairs", "pairs", "target/distractor pairs, each item one token (see `countlens llm pairs`)",
                   parse=lambda text, field: parse_pairs(text), text=lambda v: ",".join("/".join(p) for p in v)),
-    CaptureOption("--configs", "configs", f"instruction wordings, among {', '.join(CONFIGURATIONS)}", parse=names_list,
+    CaptureOption("--configs", "configs", f"instruction wordings of the task, among {', '.join(CONFIGURATIONS)}", parse=names_list,
                   text=",".join),
     CaptureOption("--seeds", "seeds", f"prompt seeds: {INT_LIST}", parse=parse_int_list, text=ints_text),
+    CaptureOption("--task", "task", "the counting task, NAME or NAME:option=value,... (" + task_help() + ")"),
     CaptureOption("--template", "template", "chat: the model's chat template; plain: '<instruction>\\nAnswer:' "
                                             "for models without one", choices=TEMPLATES),
     CaptureOption("--locations", "locations", "locations to keep: names, indices (0 = embed, l = output of block "
@@ -113,7 +115,7 @@ CAPTURE_OPTIONS: dict[str, CaptureOption] = {o.dest: o for o in (
 )}
 
 MODEL_OPTIONS = ("model", "gguf_file", "revision", "trust_remote_code", "no_cache")
-PROMPT_OPTIONS = (*MODEL_OPTIONS, "L", "counts", "per_count", "pairs", "configs", "seeds", "template")
+PROMPT_OPTIONS = (*MODEL_OPTIONS, "task", "L", "counts", "per_count", "pairs", "configs", "seeds", "template")
 
 
 def add_capture_options(parser: argparse.ArgumentParser, names: Sequence[str], defaults: Any = None,

@@ -181,10 +181,11 @@ def pad_batch(prompts: Sequence[Prompt], pad_id: int, padding_side: str = "right
 
 
 def kept_positions(prompt: Prompt, positions: str = "boundary") -> list[int]:
-    """The token positions a capture keeps of ``prompt``: its boundary (``"boundary"``), or every item in
-    order and then the boundary (``"items"``; the items are the tokens ``first_item_index..last_item_index``)."""
+    """The token positions a capture keeps of ``prompt``: its boundary (``"boundary"``), or every item token in
+    order and then the boundary (``"items"``; :meth:`~countlens.llm.prompts.Prompt.item_tokens`: items that
+    share a token keep it once)."""
     if positions == "items" and prompt.first_item_index >= 0:
-        return [*range(prompt.first_item_index, prompt.last_item_index + 1), prompt.boundary_index]
+        return [*prompt.item_tokens()[0], prompt.boundary_index]
     return [prompt.boundary_index]
 
 
@@ -278,8 +279,7 @@ class ShardRunner:
     the locations ``names``, ``batch_size`` prompts per forward pass, one row per kept position
     (:func:`kept_positions` of ``positions``: R = B at the boundary). With ``columns`` (e.g. the model's own
     answers, :func:`countlens.llm.answers.answering_runner`), ``run_batch`` returns
-    ``(acts, {column: per-prompt values})``. ``targets``: per token pair, the target item's token ids (an
-    items capture's ``is_target``; :func:`position_columns`)."""
+    ``(acts, {column: per-prompt values})``."""
 
     names: list[str]
     run_batch: Callable[[list[Prompt]], Any]
@@ -287,7 +287,6 @@ class ShardRunner:
     d: int
     columns: tuple[str, ...] = ()
     positions: str = "boundary"
-    targets: dict[str, set[int]] | None = None
 
 
 def shard_runner(loaded: LoadedModel, locations: Sequence[int] | None, backend: str, padding_side: str,
@@ -352,29 +351,28 @@ def capture_shard(runner: ShardRunner, shard: Sequence[Prompt], progress: Callab
     if runner.positions == "boundary":
         return {**capture_rows(shard, acts), **columns}
     return {**capture_rows(shard, acts, sizes), **columns,
-            **position_columns(shard, runner.positions, runner.targets or {}, first_id)}
+            **position_columns(shard, runner.positions, first_id)}
 
 
-def position_columns(shard: Sequence[Prompt], positions: str, targets: dict[str, set[int]],
-                     first_id: int = 0) -> dict[str, list]:
+def position_columns(shard: Sequence[Prompt], positions: str, first_id: int = 0) -> dict[str, list]:
     """The :data:`~countlens.core.store.POSITION_COLUMNS` of the rows of ``shard`` (:func:`kept_positions`):
-    ``prompt_id`` (``first_id`` + the prompt's index in the shard), ``position``, ``item_index`` (-1: the
-    boundary), ``is_target`` (the item's token is one of ``targets[pair]``; False on the boundary) and
-    ``running_count`` (targets among items 0..item_index; ``n`` on the boundary row). Raises
-    ``RuntimeError`` where a prompt's targets do not add up to its ``n`` (a wrong ``targets``)."""
+    ``prompt_id`` (``first_id`` + the prompt's index in the shard), ``position``, ``item_index`` (the item
+    token's index among the prompt's item tokens; -1: the boundary), ``is_target`` (a counted item sits at the
+    token; False on the boundary) and ``running_count`` (the counted items at tokens up to and including this
+    one, per token; ``n`` on the boundary row). Raises ``RuntimeError`` where a prompt's targets do not add up
+    to its ``n``."""
     out: dict[str, list] = {"prompt_id": [], "position": [], "item_index": [], "is_target": [], "running_count": []}
     for i, p in enumerate(shard):
         kept = kept_positions(p, positions)
-        items = kept[:-1]
-        flags = [p.ids[k] in targets.get(p.pair, ()) for k in items]
-        running = np.cumsum(flags, dtype=np.int64).tolist()
+        per_token = p.item_tokens()[1] if len(kept) > 1 else []
+        running = np.cumsum(per_token, dtype=np.int64).tolist()
         if (running[-1] if running else 0) != p.n:
             raise RuntimeError(f"prompt {first_id + i} ({p.pair}, n={p.n}) has {running[-1] if running else 0} "
-                               "target tokens among its items")
+                               "targets among its items")
         out["prompt_id"].extend([first_id + i] * len(kept))
         out["position"].extend(kept)
-        out["item_index"].extend([*range(len(items)), -1])
-        out["is_target"].extend([*flags, False])
+        out["item_index"].extend([*range(len(kept) - 1), -1])
+        out["is_target"].extend([*(c > 0 for c in per_token), False])
         out["running_count"].extend([*running, p.n])
     return out
 

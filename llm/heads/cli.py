@@ -5,7 +5,7 @@ from __future__ import annotations
 from countlens.core.args import INT_LIST, HelpFormatter, add_common_options
 from countlens.llm.capture.options import MODEL_OPTIONS, add_capture_options, capture_options
 
-HEADS_COMMAND = (*MODEL_OPTIONS, "L", "counts", "per_count", "pairs", "configs", "seeds", "template", "batch_size",
+HEADS_COMMAND = (*MODEL_OPTIONS, "task", "L", "counts", "per_count", "pairs", "configs", "seeds", "template", "batch_size",
                  "device", "dtype")
 HEADS_DESCRIPTION = """\
 Figure 12: the heads that read the items. Per block and head, the attention mass from the boundary and from

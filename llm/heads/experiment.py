@@ -52,7 +52,14 @@ from countlens.llm.heads.attention import (
     target_excess,
 )
 from countlens.llm.hooks import attention_output_site, hook_sites
-from countlens.llm.models import LoadedModel, ModelRef, ModelSpec, load_model_config, load_tokenizer
+from countlens.llm.models import (
+    LoadedModel,
+    ModelPool,
+    ModelRef,
+    ModelSpec,
+    load_model_config,
+    load_tokenizer,
+)
 from countlens.llm.patching.edits import logit_difference
 from countlens.llm.positions.experiment import FLIPS, corrupted_twin
 from countlens.llm.prompts import Prompt, PromptSettings, arrangement, build_prompts
@@ -94,6 +101,7 @@ class HeadsConfig(ExperimentConfig):
         """Raise :class:`ConfigError` naming the field of a config that cannot run (reads no file); runs when
         the config is built."""
         check_fields(self, self.FIELDS, assign=True)
+        self.prompts.require_twins("the heads' attention to targets and their ablation")
         if max(int(c) for c in self.prompts.counts) < 1:
             raise ConfigError("counts", "{counts} must hold a count >= 1: with no target there is no attention to "
                                         "the targets to measure and no twin with one target fewer")
@@ -185,13 +193,13 @@ def read_probe(path: str, location: str | None, ref: ModelRef, n_blocks: int, d:
                      float(fit.intercept))
 
 
-def plan_heads(config: HeadsConfig, progress: bool = False) -> HeadsPlan:
+def plan_heads(config: HeadsConfig, progress: bool = False, pool: ModelPool | None = None) -> HeadsPlan:
     """Check ``config`` with the tokenizer and the model's config alone (no weights are read): the architecture
     (its attention output projection must be in the hook-site registry), the blocks, the prompts, their twins,
     the context length (each prompt and its longest answer) and the probe file."""
-    ref = config.model.resolve(progress)
-    tokenizer = load_tokenizer(ref)
-    model_config = load_model_config(ref)
+    ref = config.model.resolve(progress, pool=pool)
+    tokenizer = load_tokenizer(ref, pool)
+    model_config = load_model_config(ref, pool)
     text = text_config(model_config)
     architecture = str(getattr(text, "model_type", None) or getattr(model_config, "model_type", ""))
     site = attention_output_site(architecture)
@@ -286,7 +294,8 @@ def _candidates(tokenizer, prompts: list[Prompt], template: str) -> list[list[li
     return [candidate_token_ids(tokenizer, [p.n, p.n - 1], template) for p in prompts]
 
 
-def run_heads(config: HeadsConfig, *, loaded: LoadedModel | None = None, progress: bool = False) -> HeadsResult:
+def run_heads(config: HeadsConfig, *, loaded: LoadedModel | None = None, progress: bool = False,
+              pool: ModelPool | None = None) -> HeadsResult:
     """Figure 12 (:mod:`countlens.llm.heads.attention`): the masses from one eager forward per batch of prompts, then
     the clean, twin and ablated boundary steps of the ablated prompts. ``loaded`` reuses a model already loaded
     from ``config.model``."""
@@ -294,8 +303,8 @@ def run_heads(config: HeadsConfig, *, loaded: LoadedModel | None = None, progres
     from tqdm.auto import tqdm
 
     started = time.perf_counter()
-    plan = plan_heads(config, progress)
-    loaded = loaded or config.model.load(progress, tokenizer=plan.tokenizer)
+    plan = plan_heads(config, progress, pool)
+    loaded = loaded or config.model.load(progress, tokenizer=plan.tokenizer, pool=pool)
     model, tok = loaded.model, loaded.tokenizer
     if len(find_blocks(model)) != plan.n_blocks:
         raise RuntimeError("the loaded model's blocks differ from its config's")

@@ -39,7 +39,7 @@ from countlens.llm.lens.readout import (
     read_through,
     readout_summary,
 )
-from countlens.llm.models import LoadedModel, check_device, load_model_config, load_tokenizer
+from countlens.llm.models import LoadedModel, ModelPool, check_device, load_model_config, load_tokenizer
 
 if TYPE_CHECKING:
     from countlens.probes import ProbeResult
@@ -150,16 +150,16 @@ def candidate_counts(config: LensConfig, meta: CaptureMeta) -> tuple[list[int], 
     return list(range(min(counts), max(counts) + 1)), "acts"
 
 
-def preflight_lens(config: LensConfig, meta: CaptureMeta) -> tuple[FirstTokens, Any]:
+def preflight_lens(config: LensConfig, meta: CaptureMeta, pool: ModelPool | None = None) -> tuple[FirstTokens, Any]:
     """What can be checked before any weights load: the capture's model has an output embedding and the
     candidates' tokens lie within its vocabulary (the tokenizer and the config only). Returns the
     candidates' :class:`~countlens.llm.lens.readout.FirstTokens` and the tokenizer."""
     from countlens.llm.steering.experiment import capture_spec
 
     meta = capture_settings(meta)
-    ref = capture_spec(meta, config.device).resolve(progress=False)
-    tokenizer = load_tokenizer(ref)
-    model_config = load_model_config(ref)
+    ref = capture_spec(meta, config.device).resolve(progress=False, pool=pool)
+    tokenizer = load_tokenizer(ref, pool)
+    model_config = load_model_config(ref, pool)
     check_unembedding(model_config)
     text = getattr(model_config, "text_config", None) or model_config
     counts, where = candidate_counts(config, meta)
@@ -193,14 +193,15 @@ def boundary_rows(capture: Capture) -> np.ndarray:
 
 # ----------------------------------------------------------------------------------------- the run
 
-def run_lens(config: LensConfig, *, loaded: LoadedModel | None = None, progress: bool = False) -> LensResult:
+def run_lens(config: LensConfig, *, loaded: LoadedModel | None = None, progress: bool = False,
+             pool: ModelPool | None = None) -> LensResult:
     """Figure 13 on the capture ``config.acts`` with its own model (``loaded`` reuses it, already loaded).
     Everything a bad input can break is checked before the model loads."""
     with torch_threads(config.threads), blas_threads(config.threads):
-        return _run_lens(config, loaded, progress)
+        return _run_lens(config, loaded, progress, pool)
 
 
-def _run_lens(config: LensConfig, loaded: LoadedModel | None, progress: bool) -> LensResult:
+def _run_lens(config: LensConfig, loaded: LoadedModel | None, progress: bool, pool: ModelPool | None) -> LensResult:
     from countlens.llm.steering.experiment import capture_model
     from countlens.probes import ProbeResult, split_rows
 
@@ -218,9 +219,9 @@ def _run_lens(config: LensConfig, loaded: LoadedModel | None, progress: bool) ->
             probes = probe_coefficients(ProbeResult.read(config.probes), meta)
     rows = boundary_rows(capture)
     parts = split_rows(len(rows), config.seed, tuple(config.fractions))  # ConfigError("fractions")
-    tokens, tokenizer = preflight_lens(config, meta)
+    tokens, tokenizer = preflight_lens(config, meta, pool)
     if loaded is None:
-        loaded = capture_model(meta, config.device, progress)
+        loaded = capture_model(meta, config.device, progress, pool)
     head = output_head(loaded.model)
     counts, where = candidate_counts(config, meta)
     tokens = first_tokens(_candidates(loaded.tokenizer, counts, meta.template or "chat", where), counts,

@@ -14,7 +14,7 @@ from typing import Any
 from countlens.core.errors import ConfigError, UsageError, literal
 from countlens.llm.gguf import TOKENIZER_PART, WEIGHTS_PART
 from countlens.llm.models.cache import _gguf_part, cache_root
-from countlens.llm.models.pool import ModelPool, _active_pool, read_once
+from countlens.llm.models.pool import ModelPool, read_once
 from countlens.llm.models.quiet import _apply_quiet
 from countlens.llm.models.resolve import DEFAULT_MODEL, ModelRef, resolve_model
 
@@ -125,7 +125,7 @@ def load_model(model: str | ModelRef = DEFAULT_MODEL, gguf_file: str | None = No
 
     A GGUF file loads from its cached float32 copy, made on first use (unless ``no_cache``, or the disk
     lacks room). ``device="auto"`` uses accelerate's device map (for models larger than one GPU). ``tokenizer``
-    reuses an already loaded tokenizer of the same model. In ``pool`` (default: the active one,
+    reuses an already loaded tokenizer of the same model. In ``pool`` (a
     :class:`~countlens.llm.models.pool.ModelPool`) each model is loaded once per device and dtype. Raises
     :class:`UsageError` for an unknown name or a missing file.
     """
@@ -133,7 +133,6 @@ def load_model(model: str | ModelRef = DEFAULT_MODEL, gguf_file: str | None = No
     _check_device(device)
     ref = model if isinstance(model, ModelRef) else resolve_model(model, gguf_file, revision, trust_remote_code,
                                                                    progress, no_cache, pool=pool)
-    pool = _active_pool(pool)
     key = (ref.key(), device, dtype)
     if pool is not None and key in pool.models:
         return pool.models[key]

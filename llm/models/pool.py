@@ -2,9 +2,10 @@
 
 Within a run (:func:`model_pool`: ``reproduce``, ``study``) every model is resolved once, its tokenizer and
 config read once (:func:`read_once`, also a capture's plan) and its weights loaded once, however many stages
-use it; the pool releases the weights when the run (or, in a study, the model's turn) ends. The pool a
-``with model_pool()`` block makes is active inside it: the readers of :mod:`countlens.llm.models` keep what
-they read in it.
+use it; the pool releases the weights when the run (or, in a study, the model's turn) ends. The pool is
+handed on, never global: every reader of :mod:`countlens.llm.models` and every experiment's plan and run take
+it as ``pool=`` (``reproduce``'s stages are handed it when their run takes one), and without one they read
+afresh.
 """
 
 from __future__ import annotations
@@ -23,8 +24,7 @@ class ModelPool:
     Made by :func:`model_pool` and handed on by whoever runs several things with one model (``reproduce``
     hands it to each stage's model, ``study`` to each model's ``reproduce``): the readers of
     :mod:`countlens.llm.models` take it as ``pool=``. :meth:`loaded` hands a stage the model of a
-    :class:`ModelSpec` (its ``loaded=``). While :meth:`active`, it is also the pool of the readers a stage
-    calls without one. :meth:`release_models` drops the weights (a study does, before its next model
+    :class:`ModelSpec` (its ``loaded=``). :meth:`release_models` drops the weights (a study does, before its next model
     loads); the resolutions and tokenizers, small, stay for the run.
     """
 
@@ -37,18 +37,6 @@ class ModelPool:
         """The :class:`~countlens.llm.models.LoadedModel` of ``spec`` (a :class:`~countlens.llm.models.ModelSpec`),
         loaded on its first request in this pool."""
         return spec.load(progress, pool=self)
-
-    @contextlib.contextmanager
-    def active(self) -> Iterator[ModelPool]:
-        """For the ``with`` block, the pool of the readers called without one (a stage's own plan)."""
-        if _active_pool() is self:
-            yield self
-            return
-        _POOLS.append(self)
-        try:
-            yield self
-        finally:
-            _POOLS.remove(self)
 
     def release_models(self) -> None:
         """Drop every loaded model (and give their memory back)."""
@@ -64,32 +52,20 @@ class ModelPool:
         self.release_models()
 
 
-_POOLS: list[ModelPool] = []  # the pools active now, innermost last (ModelPool.active)
-
-
-def _active_pool(pool: ModelPool | None = None) -> ModelPool | None:
-    """``pool``, or where none is handed on, the innermost active one."""
-    if pool is not None:
-        return pool
-    return _POOLS[-1] if _POOLS else None
-
-
 @contextlib.contextmanager
 def model_pool() -> Iterator[ModelPool]:
-    """A new :class:`ModelPool` for the ``with`` block (and active in it): every model is resolved, read
-    and loaded once in it; leaving the block releases everything."""
+    """A new :class:`ModelPool` for the ``with`` block, to hand on as ``pool=``: every model is resolved,
+    read and loaded once in it; leaving the block releases everything."""
     pool = ModelPool()
-    with pool.active():
-        try:
-            yield pool
-        finally:
-            pool.release()
+    try:
+        yield pool
+    finally:
+        pool.release()
 
 
 def read_once(kind: str, key: Any, make, pool: ModelPool | None = None):
-    """``make()``, once per ``(kind, key)`` in ``pool`` (default: the active one; every time without one):
-    what a run reads or checks before it loads weights (a tokenizer, a config, a capture's plan)."""
-    pool = _active_pool(pool)
+    """``make()``, once per ``(kind, key)`` in ``pool`` (every time without one): what a run reads or checks
+    before it loads weights (a tokenizer, a config, a capture's plan)."""
     if pool is None:
         return make()
     key = (kind, key)

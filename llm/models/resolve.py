@@ -25,7 +25,7 @@ from typing import Any
 from countlens.core.errors import ConfigError, UsageError, literal
 from countlens.llm.gguf import GGUFCache, GGUFError, GGUFHeader, file_sha256, read_header
 from countlens.llm.models.cache import cache_root
-from countlens.llm.models.pool import ModelPool, _active_pool
+from countlens.llm.models.pool import ModelPool
 
 DEFAULT_MODEL = "default"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -94,13 +94,12 @@ def resolve_model(name: str = DEFAULT_MODEL, gguf_file: str | None = None, revis
     read (milliseconds) and, given the prompt ``template``, a file without a chat template is refused for
     ``"chat"`` here. ``revision`` (branch, tag or commit) applies to hub ids and is resolved to one commit
     (offline: it must be in the local Hugging Face cache, whose snapshot folder is used). ``no_cache``: no
-    cached conversions of a GGUF file (:mod:`countlens.llm.gguf`). In ``pool`` (default: the active one,
+    cached conversions of a GGUF file (:mod:`countlens.llm.gguf`). In ``pool`` (a
     :class:`~countlens.llm.models.pool.ModelPool`) a name is resolved once. Raises :class:`UsageError` for an
     unknown name, a missing file, or a hub id or revision that cannot be had offline (a :class:`ConfigError`
     naming ``model``, ``gguf_file`` or ``revision``).
     """
     key = (name, gguf_file, revision, bool(trust_remote_code), bool(no_cache))
-    pool = _active_pool(pool)
     ref = pool.refs.get(key) if pool is not None else None
     if ref is None:
         ref = _resolve(name, gguf_file, revision, trust_remote_code, no_cache, template)

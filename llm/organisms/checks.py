@@ -13,6 +13,10 @@
   std among them), so that rounding is the measurement's, not any head's;
 - ``live heads first``: the heads whose ablation moves the logit difference most (mean ``|ld_change|``) are
   exactly the live ones;
+- ``DLA dead heads`` / ``DLA live heads first``: direct logit attribution (Figure 14,
+  :func:`countlens.llm.components.experiment.run_components`) on n against n − 1 gives a zeroed head a direct
+  share of zero (float32 rounding aside: at most :data:`ZERO` of the largest |total|), and ranks the live
+  heads first by mean |share|;
 - ``boundary patching``: replacing the boundary's residual at the last location with the source prompt's
   (Figure 9a, :func:`countlens.llm.patching.experiment.run_patching`) makes the source count's first answer
   token the patched answer's first token on at least :data:`PATCHED` of pairs. Only the first token: the last
@@ -144,6 +148,37 @@ def heads_checks(model: ModelSpec, organism, loaded, seeds: list[int]) -> list[d
     return out
 
 
+def components_checks(model: ModelSpec, organism, loaded, seeds: list[int]) -> list[dict[str, Any]]:
+    """``DLA dead heads`` and ``DLA live heads first`` from one run of Figure 14's direct logit attribution
+    (n against n − 1): a zeroed head writes nothing, so its direct share must be zero (up to float32
+    rounding, relative to the largest |total|), and the heads with the largest mean |share| are the live ones."""
+    from countlens.llm.components.experiment import ComponentsConfig, run_components
+    from countlens.llm.prompts import PromptSettings
+
+    config = organism.config
+    L = int(config["L"])
+    prompts = PromptSettings(L=L, counts=list(range(1, L + 1)), per_count=1, pairs=config["pairs"],
+                             configs=config["configs"][:1], seeds=seeds[:1])
+    result = run_components(ComponentsConfig(model=model, prompts=prompts, ablate_prompts=0), loaded=loaded)
+    rows = [r for r in result.rows if r["target"] == "previous"]
+    share: dict[tuple[int, int], list[float]] = {}
+    for r in rows:
+        if r["kind"] == "head":
+            share.setdefault((int(r["layer"]), int(r["head"])), []).append(abs(float(r["contribution"])))
+    live = {tuple(h) for h in organism.live_heads}
+    scale = max([1.0] + [abs(float(r["total"])) for r in rows])
+    dead = [h for h in share if h not in live]
+    ranked = sorted(share, key=lambda h: -float(np.mean(share[h])))[:len(live)]
+    out = []
+    if dead:
+        out.append(_check("DLA dead heads", float(max(max(share[h]) for h in dead) / scale), ZERO, "<=",
+                          f"largest |direct share| of {len(dead)} zeroed heads on {len(rows) // max(1, len(share))}"
+                          f" prompts (n vs n - 1), over the largest |total| ({scale:.3g} nats)"))
+    out.append(_check("DLA live heads first", sorted(map(list, ranked)), sorted(map(list, live)), "==",
+                      f"the {len(live)} heads with the largest mean |direct share| (n vs n - 1)"))
+    return out
+
+
 def patching_check(model: ModelSpec, organism, loaded, seeds: list[int], tokenizer) -> dict[str, Any]:
     """``boundary patching``: the source's first answer token after patching the last location."""
     from countlens.llm.answers import answer_token_ids
@@ -201,6 +236,7 @@ def check_organism(folder: str | Path, work: str | Path | None = None, progress:
     model = ModelSpec(model=str(folder))
     loaded = model.load(progress)
     checks = [answers_check(loaded, organism), *heads_checks(model, organism, loaded, seeds),
+              *components_checks(model, organism, loaded, seeds),
               patching_check(model, organism, loaded, seeds, loaded.tokenizer)]
     with tempfile.TemporaryDirectory(prefix="countlens-organism-") as tmp:
         checks += probe_checks(model, organism, loaded, Path(work) if work is not None else Path(tmp))
@@ -227,4 +263,4 @@ declare(Experiment(
 
 
 __all__ = ["OrganismChecksConfig", "run_checks", "ACCURACY", "ZERO", "PATCHED", "OrganismChecks", "spread_pairs", "answers_check", "heads_checks",
-           "patching_check", "probe_checks", "check_organism", "checks_text"]
+           "components_checks", "patching_check", "probe_checks", "check_organism", "checks_text"]

@@ -8,7 +8,7 @@ from countlens.core.args import INT_LIST, HelpFormatter, add_common_options, int
 from countlens.core.errors import ConfigError
 from countlens.llm.capture.options import MODEL_OPTIONS, add_capture_options, capture_options, parse_counts
 
-PATCH_COMMAND = (*MODEL_OPTIONS, "L", "per_count", "pairs", "configs", "seeds", "template", "locations",
+PATCH_COMMAND = (*MODEL_OPTIONS, "task", "L", "per_count", "pairs", "configs", "seeds", "template", "locations",
                  "batch_size", "answer_tokens", "device", "dtype")
 
 PATCH_DESCRIPTION = """\

@@ -42,7 +42,14 @@ from countlens.llm.capture.residuals import (
     pad_token_id,
 )
 from countlens.llm.hooks import residual_locations
-from countlens.llm.models import LoadedModel, ModelRef, ModelSpec, load_model_config, load_tokenizer
+from countlens.llm.models import (
+    LoadedModel,
+    ModelPool,
+    ModelRef,
+    ModelSpec,
+    load_model_config,
+    load_tokenizer,
+)
 from countlens.llm.patching.edits import logit_difference, scored_answers
 from countlens.llm.prompts import DEFAULT_PAIRS, Prompt, PromptSettings, build_prompts
 
@@ -192,12 +199,12 @@ class PatchingPlan:
     n_blocks: int
 
 
-def plan_patching(config: PatchingConfig, progress: bool = False) -> PatchingPlan:
+def plan_patching(config: PatchingConfig, progress: bool = False, pool: ModelPool | None = None) -> PatchingPlan:
     """Check ``config`` with the tokenizer and the model's config alone (no weights are read): the prompts
     (items one token each, the chat template), the locations, the context length."""
-    ref = config.model.resolve(progress)
-    tokenizer = load_tokenizer(ref)
-    model_config = load_model_config(ref)
+    ref = config.model.resolve(progress, pool=pool)
+    tokenizer = load_tokenizer(ref, pool)
+    model_config = load_model_config(ref, pool)
     n_blocks = n_blocks_of(model_config)
     locations = residual_locations(config.locations, n_blocks)
     prompts, seen = {}, Counter()
@@ -223,19 +230,20 @@ def patching_candidates(config: PatchingConfig) -> list[int]:
     return list(range(min(counts), max(counts) + 1))
 
 
-def run_patching(config: PatchingConfig, *, loaded: LoadedModel | None = None,
-                 progress: bool = False) -> PatchingResult:
+def run_patching(config: PatchingConfig, *, loaded: LoadedModel | None = None, progress: bool = False,
+                 pool: ModelPool | None = None) -> PatchingResult:
     """Figure 9a. One capture pass over the source prompts gives their boundary vectors, one more their
     candidates' scores; each (target, location) is then one patched prompt pass, batched across locations, from
     whose logits and cache every candidate answer is teacher-forced and the greedy answer decoded
     (:func:`~countlens.llm.patching.edits.scored_answers`). Only the boundary position is patched
     (see :mod:`countlens.llm.patching.edits`). Bad input is refused before the weights load (:func:`plan_patching`);
-    ``loaded`` reuses a model already loaded from ``config.model``."""
+    ``loaded`` reuses a model already loaded from ``config.model``; in ``pool`` (a run's
+    :class:`~countlens.llm.models.ModelPool`) the model is resolved and read once."""
     import torch
 
-    plan = plan_patching(config, progress)
+    plan = plan_patching(config, progress, pool)
     started = time.perf_counter()
-    loaded = loaded or config.model.load(progress, tokenizer=plan.tokenizer)
+    loaded = loaded or config.model.load(progress, tokenizer=plan.tokenizer, pool=pool)
     model, tok = loaded.model, loaded.tokenizer
     names = location_names(plan.n_blocks)
     locs, pairs = plan.locations, plan.pairs

@@ -39,7 +39,14 @@ from countlens.core.results import Result, result_provenance
 from countlens.llm.answers import MIN_LD_GAP, candidate_token_ids, normalised_ld
 from countlens.llm.capture.residuals import context_length, n_blocks_of
 from countlens.llm.hooks import residual_locations
-from countlens.llm.models import LoadedModel, ModelRef, ModelSpec, load_model_config, load_tokenizer
+from countlens.llm.models import (
+    LoadedModel,
+    ModelPool,
+    ModelRef,
+    ModelSpec,
+    load_model_config,
+    load_tokenizer,
+)
 from countlens.llm.patching.edits import PATCH_METHODS, PositionPatcher, logit_difference
 from countlens.llm.prompts import (
     Prompt,
@@ -96,6 +103,7 @@ class PositionPatchingConfig(ExperimentConfig):
         """Raise :class:`ConfigError` naming the field of a config that cannot run (reads no file); runs when
         the config is built."""
         check_fields(self, self.FIELDS, assign=True)
+        self.prompts.require_twins("patching over positions")
         if min(int(c) for c in self.prompts.counts) < 1:
             raise ConfigError("counts", "{counts} must be >= 1 for patching over positions: a prompt with no "
                                         "target has no target to turn into the distractor, so no corrupted twin")
@@ -156,7 +164,8 @@ def corrupted_twin(tokenizer, prompt: Prompt, k: int, settings: PromptSettings, 
                                            f"{prompt.seed})") + "; choose other {pairs}")
     twin = Prompt(n=prompt.n - 1, m=prompt.m + 1, pair=prompt.pair, config=prompt.config, seed=prompt.seed,
                   prompt=text, ids=ids, first_item_index=prompt.first_item_index,
-                  last_item_index=prompt.last_item_index)
+                  last_item_index=prompt.last_item_index, item_indices=prompt.item_indices,
+                  item_targets=tuple(bool(t) for t in turned == 1))
     return PromptPair(prompt, twin, j, position)
 
 
@@ -170,12 +179,13 @@ def prompt_pairs(tokenizer, config: PositionPatchingConfig) -> list[PromptPair]:
     return pairs
 
 
-def plan_position_patching(config: PositionPatchingConfig, progress: bool = False) -> PositionPatchingPlan:
+def plan_position_patching(config: PositionPatchingConfig, progress: bool = False,
+                           pool: ModelPool | None = None) -> PositionPatchingPlan:
     """Check ``config`` with the tokenizer and the model's config alone (no weights are read): the prompts and
     their twins, the locations, the context length (each prompt plus its longest answer)."""
-    ref = config.model.resolve(progress)
-    tokenizer = load_tokenizer(ref)
-    model_config = load_model_config(ref)
+    ref = config.model.resolve(progress, pool=pool)
+    tokenizer = load_tokenizer(ref, pool)
+    model_config = load_model_config(ref, pool)
     n_blocks = n_blocks_of(model_config)
     locations = thinned(residual_locations(config.locations, n_blocks), int(config.location_step))
     pairs = prompt_pairs(tokenizer, config)
@@ -320,15 +330,15 @@ def summarise(pairs: list[PatchedPair], locations: list[dict[str, Any]]) -> list
 
 
 def run_position_patching(config: PositionPatchingConfig, *, loaded: LoadedModel | None = None,
-                          progress: bool = False) -> PositionPatchingResult:
+                          progress: bool = False, pool: ModelPool | None = None) -> PositionPatchingResult:
     """Figure 11: every pair of :func:`prompt_pairs`, patched at every location and position (see the module
     docstring). Bad input is refused before the weights load (:func:`plan_position_patching`); ``loaded`` reuses
     a model already loaded from ``config.model``."""
     import torch
 
-    plan = plan_position_patching(config, progress)
+    plan = plan_position_patching(config, progress, pool)
     started = time.perf_counter()
-    loaded = loaded or config.model.load(progress, tokenizer=plan.tokenizer)
+    loaded = loaded or config.model.load(progress, tokenizer=plan.tokenizer, pool=pool)
     model, tok = loaded.model, loaded.tokenizer
     names = location_names(plan.n_blocks)
     locations = [{"name": names[i], "index": i, "label": location_label(names[i])} for i in plan.locations]

@@ -37,7 +37,7 @@ from countlens.core.results import Result, result_provenance
 from countlens.llm.answers import ANSWER_TOKENS, answer_candidates, answer_distribution
 from countlens.llm.capture.experiment import capture_model, capture_prompts, capture_spec
 from countlens.llm.lens.readout import count_slope
-from countlens.llm.models import LoadedModel, check_device
+from countlens.llm.models import LoadedModel, ModelPool, check_device
 from countlens.llm.patching.edits import count_step, random_direction, scored_answers, steering_vector
 from countlens.llm.patching.experiment import answer_shift, boundary_vectors, mean_or_none
 from countlens.llm.prompts import build_prompts
@@ -239,7 +239,7 @@ def step_rules(config: SteeringConfig, w: np.ndarray | None, v: np.ndarray | Non
 # ----------------------------------------------------------------------------------- the run
 
 def run_steering(config: SteeringConfig, *, loaded: LoadedModel | None = None,
-                 progress: bool = False) -> SteeringResult:
+                 progress: bool = False, pool: ModelPool | None = None) -> SteeringResult:
     """Figure 9b on the capture's own prompts (rebuilt from its recorded settings) with the capture's model
     (``loaded`` reuses it, already loaded). Bad input is refused before the model loads."""
     import torch
@@ -269,7 +269,7 @@ def run_steering(config: SteeringConfig, *, loaded: LoadedModel | None = None,
     v = mean_difference(capture, location) if config.units == "count" else None
     rules, per_unit = step_rules(config, w, v)
     if loaded is None:
-        loaded = capture_model(meta, config.device, progress)
+        loaded = capture_model(meta, config.device, progress, pool)
     model, tok = loaded.model, loaded.tokenizer
     template = meta.template
     prompt_settings = dataclasses.replace(capture_prompts(meta), counts=counts)

@@ -158,5 +158,6 @@ def test_a_run_loads_a_gguf_model_once(tmp_path, cache, loads):
     path = write_tiny_gguf(tmp_path / "m.gguf")
     spec = ModelSpec(model=str(path))
     with model_pool() as pool:
-        assert pool.loaded(spec) is pool.loaded(spec) is spec.load()
-    assert len(loads) == 2  # the dequantisation, and the load of its copy
+        assert pool.loaded(spec) is pool.loaded(spec) is spec.load(pool=pool)
+        assert spec.load() is not pool.loaded(spec)  # without the pool handed on, a load of its own
+    assert len(loads) == 3  # the dequantisation, the pool's load of its copy, and the load outside the pool

@@ -217,8 +217,8 @@ def test_patch_positions_refuses_pairs_that_leave_no_corrupted_twin(capsys, tiny
 
     real = positions.load_tokenizer
 
-    def merging(ref):
-        tok = real(ref)
+    def merging(ref, pool=None):
+        tok = real(ref, pool)
 
         class Merging:  # the prompts are encoded as a batch of texts; a twin alone, and one token shorter
             def __getattr__(self, name):

@@ -302,5 +302,5 @@ def test_a_plan_is_made_once_and_handed_to_the_run(tiny_models, tmp_path, monkey
         run_capture(config.with_options(L=9), tmp_path / "other", plan=plan, progress=False)
     with model_pool() as pool:
         preflight_capture(config, tmp_path / "pooled", progress=False, pool=pool)
-        pooled = run_capture(config, tmp_path / "pooled", progress=False)  # plans through the active pool
+        pooled = run_capture(config, tmp_path / "pooled", progress=False, pool=pool)  # the pool's plan
     assert len(plans) == 2 and pooled.n_rows == fresh.n_rows == 4

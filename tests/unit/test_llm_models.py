@@ -169,15 +169,17 @@ def test_pool_resolves_and_reads_once(gguf_files, cache, monkeypatch):
     monkeypatch.setattr(models.resolve, "_resolve", lambda *a: calls.append(a) or real(*a))
     spec = ModelSpec(model=str(gguf_files["chat"]))
     with model_pool() as pool:
-        first = spec.resolve(progress=True)
-        again = spec.resolve(progress=False, template="chat")
+        first = spec.resolve(progress=True, pool=pool)
+        again = spec.resolve(progress=False, template="chat", pool=pool)
         assert len(calls) == 1 and again.key() == first.key() and again.announce is False
-        assert models.load_tokenizer(first) is models.load_tokenizer(again)
-        assert models.load_model_config(first) is models.load_model_config(again)
+        assert models.load_tokenizer(first, pool) is models.load_tokenizer(again, pool)
+        assert models.load_model_config(first, pool) is models.load_model_config(again, pool)
         assert pool.refs and pool.reads
+        spec.resolve()
+        assert len(calls) == 2  # the pool is handed on, never global: a reader without one reads afresh
     assert not pool.refs and not pool.reads  # released with the run
     spec.resolve()
-    assert len(calls) == 2  # outside a pool, nothing is kept
+    assert len(calls) == 3  # outside a pool, nothing is kept
 
 
 def test_readers_keep_what_they_read_in_the_pool_handed_to_them(gguf_files, cache, monkeypatch):
@@ -186,14 +188,12 @@ def test_readers_keep_what_they_read_in_the_pool_handed_to_them(gguf_files, cach
     monkeypatch.setattr(models.resolve, "_resolve", lambda *a: calls.append(a) or real(*a))
     spec = ModelSpec(model=str(gguf_files["chat"]))
     study = ModelPool()  # a study's pool, handed on to each model's run
-    with model_pool() as active:
+    with model_pool() as other:
         first = spec.resolve(pool=study)
         assert spec.resolve(pool=study).key() == first.key() and len(calls) == 1
-        assert study.refs and not active.refs  # the pool handed on, not the active one
+        assert study.refs and not other.refs  # the pool handed on, not another open one
         assert models.load_tokenizer(first, study) is models.load_tokenizer(first, study)
-        assert ("tokenizer", first.key()) in study.reads and not active.reads
-        with model_pool() as inner:
-            assert inner is not active  # a run's own pool is its own
+        assert ("tokenizer", first.key()) in study.reads and not other.reads
     study.models[("m",)] = "weights"
     study.release_models()
     assert not study.models and study.reads  # a model's turn ends: its weights go, its reads stay

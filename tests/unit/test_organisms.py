@@ -183,10 +183,12 @@ def test_every_ground_truth_check_passes_on_the_organism(organism):
     folder, _ = organism
     result = check_organism(folder)
     by_name = {c["name"]: c for c in result.checks}
-    assert set(by_name) == {"answers", "dead heads", "dead heads alike", "live heads first", "boundary patching",
-                            "probe after the live heads", "probe before the live heads"}
+    assert set(by_name) == {"answers", "dead heads", "dead heads alike", "live heads first", "DLA dead heads",
+                            "DLA live heads first", "boundary patching", "probe after the live heads",
+                            "probe before the live heads"}
     assert result.failed() == [], result.checks
     assert by_name["dead heads"]["value"] <= ZERO and by_name["live heads first"]["value"] == [[0, 1]]
+    assert by_name["DLA dead heads"]["value"] <= ZERO and by_name["DLA live heads first"]["value"] == [[0, 1]]
 
 
 def test_the_head_checks_fail_where_the_circuit_is_not_what_is_claimed(organism, tmp_path):
@@ -195,7 +197,7 @@ def test_the_head_checks_fail_where_the_circuit_is_not_what_is_claimed(organism,
     from safetensors.torch import load_file, save_file
 
     from countlens.llm.models import ModelSpec
-    from countlens.llm.organisms.checks import heads_checks
+    from countlens.llm.organisms.checks import components_checks, heads_checks
     from countlens.llm.organisms.experiment import HELD_OUT_SEED, read_organism
 
     folder, _ = organism
@@ -214,6 +216,9 @@ def test_the_head_checks_fail_where_the_circuit_is_not_what_is_claimed(organism,
     spec = ModelSpec(model=str(broken))
     checks = {c["name"]: c for c in heads_checks(spec, read_organism(broken), spec.load(False), [HELD_OUT_SEED])}
     assert not checks["dead heads"]["passed"] and checks["dead heads"]["value"] > 1e-3
+    # ... and its direct logit attribution is no longer zero
+    checks = {c["name"]: c for c in components_checks(spec, read_organism(broken), spec.load(False), [HELD_OUT_SEED])}
+    assert not checks["DLA dead heads"]["passed"] and checks["DLA dead heads"]["value"] > 1e-3
 
 
 def test_a_finished_organism_is_reused_from_the_cache(organism, tmp_path, monkeypatch):

@@ -1,0 +1,415 @@
+"""Figure 14, which component writes the answer: a :class:`ComponentsConfig` in, a :class:`ComponentsResult`
+out (``components.json`` with the prompts' texts and answers, ``components.csv`` with one row per prompt,
+logit difference and component).
+
+Per prompt, one prompt pass records every write to the boundary's residual stream (the embeddings, each
+block's attention and MLP write, each head's share of its block's attention write;
+:mod:`countlens.llm.components.attribution` defines them) while the model answers greedily from the same pass
+(:func:`countlens.llm.answers.answer_batch`). Each write is read through the final norm with its scale frozen at
+the real residual and through the unembedding, and scored on two logit differences at the boundary's next
+token: ``answer``, the correct count's first answer token against the model's own greedy first token (zero
+where they are the same token), and ``previous``, the count ``n``'s first token against ``n − 1``'s (prompts
+with ``n >= 1``). The embeddings, the attention and MLP writes and the constant of the read-out (``bias``, a
+LayerNorm's shift or an unembedding bias; absent where the model has none) sum to the model's own logit
+difference (``total``); the heads split their block's attention write (minus the projection's bias).
+
+What it can show: which blocks and heads write the direction that separates the model's answer from the
+correct one, at the boundary, directly. What it cannot: it is linear at the real run's point — a component
+that writes nothing directly can still matter through later ones, and removing one changes the scale the
+others are read with (the ablation of Figure 11's patch mechanism measures that).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, ClassVar
+
+import numpy as np
+
+from countlens.core.errors import ConfigError
+from countlens.core.fields import AtLeast, Nested, OneOf, check_fields
+from countlens.core.options import ExperimentConfig
+from countlens.core.registry import Experiment, declare
+from countlens.core.results import Result, result_provenance
+from countlens.llm.answers import (
+    ANSWER_TOKENS,
+    MIN_LD_GAP,
+    answer_batch,
+    answer_token_ids,
+    candidate_token_ids,
+    normalised_ld,
+    parse_answer,
+    stop_token_ids,
+)
+from countlens.llm.capture.residuals import context_length, find_blocks, n_blocks_of, pad_batch, pad_token_id
+from countlens.llm.components.ablation import ablated_component_scores, mean_std_count, patched_step_scores
+from countlens.llm.components.attribution import (
+    ComponentPass,
+    attributed_differences,
+    boundary_writes,
+    first_token_rows,
+    frozen_norm,
+    token_parts,
+)
+from countlens.llm.heads.attention import ablated_scores
+from countlens.llm.heads.experiment import text_config
+from countlens.llm.hooks import attention_output_site, component_output_sites, hook_sites
+from countlens.llm.lens.readout import check_unembedding, output_head
+from countlens.llm.models import (
+    LoadedModel,
+    ModelPool,
+    ModelRef,
+    ModelSpec,
+    load_model_config,
+    load_tokenizer,
+)
+from countlens.llm.patching.edits import expected_count, logit_difference
+from countlens.llm.positions.experiment import FLIPS, corrupted_twin
+from countlens.llm.prompts import Prompt, PromptSettings, build_prompts
+
+TARGETS = ("answer", "previous")  # the logit differences scored: correct vs the model's answer; n vs n − 1
+KINDS = ("embed", "attn", "mlp", "head", "bias")
+
+
+def _quick_prompts() -> PromptSettings:
+    return PromptSettings(L=24, counts=list(range(1, 13)), per_count=2, configs=["count"], seeds=[0])
+
+
+@dataclass
+class ComponentsConfig(ExperimentConfig):
+    """Figure 14. ``prompts`` (:class:`~countlens.llm.prompts.PromptSettings`): the prompt set whose boundary
+    is decomposed, ``batch_size`` left-padded prompts per prompt pass (each answered greedily from its own
+    pass, as a capture with ``--answers`` does). The ablation (:mod:`countlens.llm.components.ablation`) runs
+    on at most ``ablate_prompts`` of them (spread over the set; counts >= 1, each scored against its twin with
+    its ``flip`` target turned into the distractor: ``first``, ``middle`` or ``last``; 0 skips it): every
+    block's attention and MLP write and every head's output at the boundary, each replaced by its mean over
+    the prompt set.
+
+    The defaults (L = 24, counts 1..12, two prompts per count and pair, one wording and seed: 96 prompts; 8
+    ablated) cost one prompt pass and the greedy answer's decode steps per prompt, then one boundary step per
+    ablated prompt and component."""
+
+    model: ModelSpec = field(default_factory=ModelSpec)
+    prompts: PromptSettings = field(default_factory=_quick_prompts)
+    batch_size: int = 8
+    ablate_prompts: int = 8
+    flip: str = "last"
+
+    FIELDS: ClassVar[dict] = {"model": Nested(ModelSpec, "model"), "prompts": Nested(PromptSettings),
+                              "batch_size": AtLeast(1), "ablate_prompts": AtLeast(0, " (0: no ablation)"),
+                              "flip": OneOf(FLIPS)}
+
+    def validate(self) -> ComponentsConfig:
+        """Raise :class:`ConfigError` naming the field of a config that cannot run (reads no file); runs when
+        the config is built."""
+        check_fields(self, self.FIELDS, assign=True)
+        if self.ablate_prompts and max(int(c) for c in self.prompts.counts) < 1:
+            raise ConfigError("ablate_prompts", "the ablation scores n against n − 1 and needs {counts} >= 1; "
+                                                "give such counts or set {ablate_prompts} to 0",
+                              also=("counts",))
+        return self
+
+
+@dataclass
+class ComponentsPlan:
+    """A checked Figure 14 run before any weights are read: the model's files and tokenizer, its architecture
+    and hook sites (attention and MLP writes, the heads' projection input), its blocks and heads, the prompts
+    and each one's first tokens (the correct count's, ``n − 1``'s or ``None`` for ``n = 0``)."""
+
+    config: ComponentsConfig
+    ref: ModelRef
+    tokenizer: Any
+    architecture: str
+    sites: tuple[str, str, str]  # attn_out, mlp_out, attn_z
+    n_blocks: int
+    n_heads: int
+    prompts: list[Prompt]
+    correct: list[int]
+    previous: list[int | None]
+    ablated: list[int]
+    twins: list[Prompt]
+
+
+def plan_components(config: ComponentsConfig, progress: bool = False,
+                    pool: ModelPool | None = None) -> ComponentsPlan:
+    """Check ``config`` with the tokenizer and the model's config alone (no weights are read): the architecture
+    (its attention and MLP writes and its attention output projection must be in the hook-site registry), the
+    output embedding, the prompts and the context length (each prompt and its greedy answer)."""
+    ref = config.model.resolve(progress, pool=pool)
+    tokenizer = load_tokenizer(ref, pool)
+    model_config = load_model_config(ref, pool)
+    text = text_config(model_config)
+    architecture = str(getattr(text, "model_type", None) or getattr(model_config, "model_type", ""))
+    attn_out, mlp_out = component_output_sites(architecture)
+    attn_z = attention_output_site(architecture)
+    check_unembedding(model_config, "model")
+    n_blocks = n_blocks_of(model_config)
+    n_heads = int(text.num_attention_heads)
+    prompts = build_prompts(tokenizer, config.prompts)
+    n_ctx = context_length(model_config)
+    needed = max(p.n_tokens for p in prompts) + ANSWER_TOKENS
+    if n_ctx is not None and needed > n_ctx:
+        raise ConfigError("L", f"the longest prompt and its answer take {needed} tokens but the model's context is "
+                               f"{n_ctx}; lower {{L}}")
+    counts = sorted({p.n for p in prompts} | {p.n - 1 for p in prompts if p.n >= 1})
+    first = {k: c[0] for k, c in zip(counts, candidate_token_ids(tokenizer, counts, config.prompts.template),
+                                     strict=True)}
+    eligible = [i for i, p in enumerate(prompts) if p.n >= 1]
+    count = min(int(config.ablate_prompts), len(eligible))
+    ablated = [eligible[j] for j in np.unique(np.linspace(0, len(eligible) - 1, count).round().astype(int))] \
+        if count else []
+    seen, k_of = Counter(), {}
+    for i, p in enumerate(prompts):
+        k_of[i] = seen[(p.seed, p.config, p.pair, p.n)]
+        seen[(p.seed, p.config, p.pair, p.n)] += 1
+    twins = [corrupted_twin(tokenizer, prompts[i], k_of[i], config.prompts, config.flip).corrupt for i in ablated]
+    return ComponentsPlan(config, ref, tokenizer, architecture, (attn_out, mlp_out, attn_z), n_blocks, n_heads,
+                          prompts, [first[p.n] for p in prompts],
+                          [first[p.n - 1] if p.n >= 1 else None for p in prompts], ablated, twins)
+
+
+@dataclass
+class ComponentsResult(Result):
+    """Figure 14. ``rows`` (``components.csv``): one record per prompt (``prompt_id``: its index in
+    ``prompts``, ``n``), logit difference (``target``: ``answer`` — the correct count's first token against the
+    model's greedy first token — or ``previous`` — ``n``'s against ``n − 1``'s) and component (``layer``:
+    0-based block, empty for ``embed`` and ``bias``; ``kind``: ``embed``, ``attn``, ``mlp``, ``head``, ``bias``;
+    ``head``: empty unless a head), its direct contribution in nats and the model's real logit difference
+    (``total``). The ``embed``, ``attn``, ``mlp`` and ``bias`` rows of one prompt and target sum to its
+    ``total``; the ``head`` rows of a block sum to its ``attn`` row minus the projection's bias. ``prompts``:
+    one record per prompt (its text, the greedy answer and the tokens compared). ``summary``: per target the
+    number of prompts, the mean ``total``, the ``embed`` and ``bias`` means, per block the mean and std over
+    prompts of its ``attn`` and ``mlp`` contributions (``layers``), and the ``heads`` with the largest
+    |mean contribution| (:meth:`top_heads`). ``ablation`` (``ablation.csv``): one record per ablated
+    component (``layer``, ``kind`` ``attn``, ``mlp`` or ``head``, ``head``) with the mean and std over the
+    ablated prompts of ``normalised_ld`` (n against n − 1, 1 = the clean run, 0 = the twin's; over the prompts
+    that normalise, ``n_normalised``), ``ld_change`` (ablated − clean, nats) and ``expected_shift`` (the
+    expected count over the candidates ``ablation_counts``, ablated − clean)."""
+
+    FILE: ClassVar[str] = "components.json"
+    CSV: ClassVar[str] = "components.csv"
+    ABLATION_CSV: ClassVar[str] = "ablation.csv"
+    RECORDS: ClassVar[dict[str, str]] = {CSV: "rows", ABLATION_CSV: "ablation"}
+    COMMAND: ClassVar[str] = "countlens llm components"
+
+    config: dict[str, Any]
+    model: str
+    architecture: str
+    n_layers: int
+    n_heads: int
+    prompts: list[dict[str, Any]]
+    rows: list[dict[str, Any]]
+    summary: dict[str, Any] = field(default_factory=dict)
+    ablation: list[dict[str, Any]] = field(default_factory=list)
+    ablation_counts: list[int] = field(default_factory=list)
+    min_gap: float = MIN_LD_GAP
+    seconds: float = 0.0
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    def contributions(self, target: str, kind: str) -> np.ndarray:
+        """(prompts, n_layers) of ``kind`` ``attn`` or ``mlp``, (prompts, n_layers, n_heads) of ``head``, or
+        (prompts,) of ``embed`` / ``bias``: the contributions to ``target`` (NaN for prompts without it)."""
+        shape = {"head": (self.n_layers, self.n_heads), "attn": (self.n_layers,), "mlp": (self.n_layers,)}
+        out = np.full((len(self.prompts), *shape.get(kind, ())), np.nan)
+        for r in self.rows:
+            if r["target"] != target or r["kind"] != kind:
+                continue
+            where = (r["prompt_id"],) + (() if r["layer"] is None else (r["layer"],)) + \
+                (() if r["head"] is None else (r["head"],))
+            out[where] = r["contribution"]
+        return out
+
+    def top_heads(self, target: str, top: int = 10) -> list[tuple[int, int, float, float]]:
+        """The ``top`` heads by |mean contribution| to ``target`` over the prompts that have it:
+        ``(layer, head, mean, std)``."""
+        grid = self.contributions(target, "head")
+        seen = np.isfinite(grid[:, 0, 0]) if grid.size else np.zeros(0, dtype=bool)
+        if not seen.any():
+            return []
+        mean, std = grid[seen].mean(axis=0), grid[seen].std(axis=0)
+        order = np.argsort(-np.abs(mean).ravel(), kind="stable")[:top]
+        return [(int(i // self.n_heads), int(i % self.n_heads), float(mean.flat[i]), float(std.flat[i]))
+                for i in order]
+
+    def summarised(self, top: int = 10) -> dict[str, Any]:
+        """The :attr:`summary` of :attr:`rows` (see the class docstring)."""
+        out = {}
+        for target in TARGETS:
+            totals = np.array([p[f"ld_{target}"] for p in self.prompts if p[f"ld_{target}"] is not None], float)
+            if not totals.size:
+                continue
+            stats = {kind: self.contributions(target, kind) for kind in ("embed", "bias", "attn", "mlp")}
+            seen = np.isfinite(stats["embed"])
+
+            def mean(x):
+                x = x[np.isfinite(x)]
+                return float(x.mean()) if x.size else None
+            out[target] = {
+                "prompts": int(seen.sum()), "total_mean": float(totals.mean()), "embed_mean": mean(stats["embed"]),
+                "bias_mean": mean(stats["bias"]),
+                "layers": [{"layer": b, "attn_mean": float(stats["attn"][seen, b].mean()),
+                            "attn_std": float(stats["attn"][seen, b].std()),
+                            "mlp_mean": float(stats["mlp"][seen, b].mean()),
+                            "mlp_std": float(stats["mlp"][seen, b].std())} for b in range(self.n_layers)],
+                "heads": [{"layer": b, "head": h, "mean": m, "std": sd} for b, h, m, sd in self.top_heads(target, top)]}
+        return out
+
+
+def _batch_rows(plan: ComponentsPlan, ids: list[int], writes, logits: np.ndarray, greedy: np.ndarray,
+                head, frozen) -> tuple[list[dict[str, Any]], dict[int, dict[str, float]]]:
+    """The CSV records and the real logit differences of one batch (prompt ids ``ids``)."""
+    N, L, H = len(ids), plan.n_blocks, plan.n_heads
+    tokens = np.array([[plan.correct[i], greedy[j], plan.previous[i] if plan.previous[i] is not None
+                        else plan.correct[i]] for j, i in enumerate(ids)], dtype=np.int64)  # (N, 3)
+    read = first_token_rows(head, tokens)
+    parts, constant = token_parts(writes.writes, frozen, read)  # (N, 1 + 2L, 3), (N, 3)
+    head_parts, _ = token_parts(writes.heads.reshape(N, L * H, -1), frozen, read)  # (N, L * H, 3)
+    has_constant = bool(np.any(frozen.shift != 0) or np.any(read.bias != 0))
+    real = logits[np.arange(N)[:, None], tokens]  # (N, 3) the model's own logits of the three tokens
+    rows, totals = [], {i: {} for i in ids}
+    for target, (a, b) in zip(TARGETS, ((0, 1), (0, 2)), strict=True):
+        shares, const = attributed_differences(parts, constant, read.softcap, a, b)
+        head_shares, _ = attributed_differences(head_parts, constant, read.softcap, a, b, total_parts=parts)
+        for j, i in enumerate(ids):
+            p = plan.prompts[i]
+            if target == "previous" and plan.previous[i] is None:
+                continue
+            total = float(real[j, a] - real[j, b])
+            totals[i][target] = total
+
+            def row(layer, kind, h, value, i=i, p=p, total=total, target=target):
+                return {"prompt_id": i, "n": p.n, "target": target, "layer": layer, "kind": kind, "head": h,
+                        "contribution": float(value), "total": total}
+            rows.append(row(None, "embed", None, shares[j, 0]))
+            for b_ in range(L):
+                rows.append(row(b_, "attn", None, shares[j, 1 + 2 * b_]))
+                rows.append(row(b_, "mlp", None, shares[j, 2 + 2 * b_]))
+                rows.extend(row(b_, "head", h, head_shares[j, b_ * H + h]) for h in range(H))
+            if has_constant:
+                rows.append(row(None, "bias", None, const[j]))
+    return rows, totals
+
+
+def _ablate(plan: ComponentsPlan, model, tok, write_means: np.ndarray, z_means: np.ndarray, pad_id: int, B: int,
+            records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[int]]:
+    """The ablation records (see :class:`ComponentsResult`) and candidate counts; adds each ablated prompt's
+    clean and twin scores to its record in ``records``."""
+    L, H = plan.n_blocks, plan.n_heads
+    clean = [plan.prompts[i] for i in plan.ablated]
+    n = np.array([p.n for p in clean])
+    counts = list(range(max(0, int(n.min()) - 1), int(max(p.n for p in plan.prompts)) + 1))
+    cands = [candidate_token_ids(tok, counts, plan.config.prompts.template)] * len(clean)
+    at, before = n - counts[0], n - 1 - counts[0]  # (A,) candidate columns of n and n − 1
+    s_clean = patched_step_scores(model, clean, cands, lambda idx: [], pad_id, B)  # (A, K)
+    s_twin = patched_step_scores(model, plan.twins, cands, lambda idx: [], pad_id, B)
+    attn_out, mlp_out, attn_z = plan.sites
+    sites = [s for b in range(L) for s in (hook_sites([b], L, attn_out)[0], hook_sites([b], L, mlp_out)[0])]
+    s_writes = ablated_component_scores(model, clean, cands, sites, write_means, pad_id, B)  # (A, 2L, K)
+    s_heads, _ = ablated_scores(model, clean, cands, hook_sites(range(L), L, attn_z), z_means, H, pad_id, B)
+    ld_clean, ld_twin = logit_difference(s_clean, at, before), logit_difference(s_twin, at, before)
+    e_clean = expected_count(s_clean, counts)
+    out = []
+
+    def record(layer, kind, head, scores):  # scores (A, K)
+        ld = logit_difference(scores, at, before)
+        norm = mean_std_count(normalised_ld(ld, ld_clean, ld_twin))
+        change = mean_std_count(ld - ld_clean)
+        shift = mean_std_count(expected_count(scores, counts) - e_clean)
+        out.append({"layer": layer, "kind": kind, "head": head, "normalised_ld_mean": norm[0],
+                    "normalised_ld_std": norm[1], "n_normalised": norm[2], "ld_change_mean": change[0],
+                    "ld_change_std": change[1], "expected_shift_mean": shift[0], "expected_shift_std": shift[1]})
+    for b in range(L):
+        record(b, "attn", None, s_writes[:, 2 * b])
+        record(b, "mlp", None, s_writes[:, 2 * b + 1])
+        for h in range(H):
+            record(b, "head", h, s_heads[:, b, h])
+    for a, i in enumerate(plan.ablated):
+        records[i].update(ablated=True, ablation_ld_clean=float(ld_clean[a]), ablation_ld_twin=float(ld_twin[a]),
+                          expected_clean=float(e_clean[a]))
+    return out, counts
+
+
+def run_components(config: ComponentsConfig, *, loaded: LoadedModel | None = None, progress: bool = False,
+                   pool: ModelPool | None = None) -> ComponentsResult:
+    """Figure 14 (:mod:`countlens.llm.components.attribution`): per left-padded batch one prompt pass that
+    records every write at the boundary, the greedy answer decoded from its cache, and the writes read through
+    the frozen final norm and the unembedding. ``loaded`` reuses a model already loaded from
+    ``config.model``."""
+    import torch
+    from tqdm.auto import tqdm
+
+    started = time.perf_counter()
+    plan = plan_components(config, progress, pool)
+    loaded = loaded or config.model.load(progress, tokenizer=plan.tokenizer, pool=pool)
+    model, tok = loaded.model, loaded.tokenizer
+    if len(find_blocks(model)) != plan.n_blocks:
+        raise RuntimeError("the loaded model's blocks differ from its config's")
+    head = output_head(model, "model")
+    pad_id, stop = pad_token_id(tok), stop_token_ids(model, tok)
+    device = model.get_input_embeddings().weight.device
+    template, B = config.prompts.template, int(config.batch_size)
+    rows: list[dict[str, Any]] = []
+    records: list[dict[str, Any]] = []
+    write_sum, z_sum = 0.0, 0.0
+    with torch.inference_mode(), tqdm(total=len(plan.prompts), unit="prompt", desc="components",
+                                      disable=not progress) as bar:
+        for start in range(0, len(plan.prompts), B):
+            ids = list(range(start, min(start + B, len(plan.prompts))))
+            group = [plan.prompts[i] for i in ids]
+            batch, mask, _ = pad_batch(group, pad_id, "left", device)
+            rec = ComponentPass(model, *plan.sites)
+            out = answer_batch(model, batch, mask, [answer_token_ids(tok, p.n, template) for p in group], stop,
+                               ANSWER_TOKENS, pad_id, prompt_context=rec)
+            writes = boundary_writes(model, rec, plan.n_heads)
+            write_sum = write_sum + writes.writes.sum(axis=0)  # (1 + 2L, d)
+            z_sum = z_sum + rec.z.double().sum(dim=0).cpu().numpy()  # (L, H * hd)
+            logits = head.logits(rec.last).double().cpu().numpy()  # (N, V): the model's own boundary logits
+            greedy = logits.argmax(axis=1)
+            frozen = frozen_norm(head.norm, rec.last)
+            got, totals = _batch_rows(plan, ids, writes, logits, greedy, head, frozen)
+            rows.extend(got)
+            for j, (i, p, text) in enumerate(zip(ids, group, out.texts(tok), strict=True)):
+                records.append({"prompt_id": i, "n": p.n, "m": p.m, "pair": p.pair, "config": p.config,
+                                "seed": p.seed, "text": p.prompt, "answer_text": text, "answer": parse_answer(text),
+                                "correct_token": tok.decode([plan.correct[i]]),
+                                "answer_token": tok.decode([int(greedy[j])]),
+                                "previous_token": None if plan.previous[i] is None
+                                else tok.decode([plan.previous[i]]),
+                                "ld_answer": totals[i].get("answer"), "ld_previous": totals[i].get("previous"),
+                                "ablated": False, "ablation_ld_clean": None, "ablation_ld_twin": None,
+                                "expected_clean": None})
+            bar.update(len(ids))
+        P = len(plan.prompts)
+        ablation, counts = _ablate(plan, model, tok, write_sum[1:] / P, z_sum / P, pad_id, B, records) \
+            if plan.ablated else ([], [])
+    result = ComponentsResult(config.to_dict(), loaded.model_id, plan.architecture, plan.n_blocks, plan.n_heads,
+                              records, rows, ablation=ablation, ablation_counts=counts,
+                              provenance=result_provenance(config))
+    result.summary = result.summarised()
+    result.seconds = round(time.perf_counter() - started, 3)
+    return result
+
+
+declare(Experiment(
+    "components", "Figure 14: which component writes the answer", ComponentsConfig, run_components,
+    ComponentsResult, order=205, figure="countlens.llm.components.figures:draw_components",
+    plot="countlens.llm.components.figures:plot_components", view="countlens.llm.components.figures:components_view",
+    # quick: half the default prompt set (48 prompts, one per count and pair) and 4 ablated prompts, so that
+    # make demo stays inside its budget (the defaults took 178 s of it on 2 busy cores; see BENCHMARKS.md)
+    presets={"quick": partial(ComponentsConfig, prompts=PromptSettings(L=24, counts=list(range(1, 13)), per_count=1,
+                                                                      configs=["count"], seeds=[0]), ablate_prompts=4),
+             # 240 prompts: counts 1..24, two per count, the default pairs of one wording and seed
+             "full": partial(ComponentsConfig, prompts=PromptSettings(L=24, counts=list(range(1, 25)), per_count=2,
+                                                                     seeds=[0], configs=["count"])),
+             "test": partial(ComponentsConfig, prompts=PromptSettings(L=8, counts=[0, 2, 5], per_count=1,
+                                                                     pairs=[["a", "b"]], configs=["count"],
+                                                                     seeds=[0]), ablate_prompts=2)},
+    inherits=("model", "template"), uses_model=True, options={"progress": True}, study="where",
+    cli="countlens.llm.components.cli"))
+
+
+__all__ = ["TARGETS", "KINDS", "ComponentsConfig", "ComponentsPlan", "ComponentsResult", "plan_components",
+           "run_components"]

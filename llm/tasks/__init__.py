@@ -1,0 +1,31 @@
+"""Counting tasks (docs/definitions.md §2.2 and §2.8): the registry (``--task NAME[:options]``), the
+built-in tasks in declaration order (``lists``, ``repeat``, ``letters``) and the one span -> token function
+every task's items go through (:mod:`countlens.llm.tasks.spans`)."""
+
+from countlens.llm.tasks.letters import letter_parts
+from countlens.llm.tasks.lists import (
+    CANDIDATE_PAIRS,
+    CONFIGURATIONS,
+    DEFAULT_PAIRS,
+    arrangement,
+    instruction_parts,
+    pair_name,
+)
+from countlens.llm.tasks.registry import (
+    DEFAULT_TASK,
+    TASKS,
+    Drawn,
+    Instruction,
+    Task,
+    TaskOption,
+    declare_task,
+    parse_task,
+    task_help,
+)
+from countlens.llm.tasks.repeat import SEPARATORS, repeat_parts
+from countlens.llm.tasks.spans import RULES, encode, item_positions, item_problem, span_tokens
+
+__all__ = ["DEFAULT_TASK", "TASKS", "Drawn", "Instruction", "Task", "TaskOption", "declare_task", "parse_task",
+           "task_help", "CANDIDATE_PAIRS", "CONFIGURATIONS", "DEFAULT_PAIRS", "arrangement", "instruction_parts",
+           "pair_name", "SEPARATORS", "repeat_parts", "letter_parts", "RULES", "encode", "item_positions",
+           "item_problem", "span_tokens"]
