@@ -10,6 +10,7 @@ token length exists (position patching, the heads' ablation).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -62,14 +63,16 @@ class Drawn:
     instruction: Instruction
 
 
-class Task:
+class Task(ABC):
     """A counting task (subclasses declare the class attributes and :meth:`instruction`).
 
     ``name``, ``summary`` (what it is for, one line), ``example`` (its ``--task`` text), ``options``,
     ``wordings`` (name -> text with ``{items}``, and ``{target}`` where the task names what it counts),
     ``answer`` (the answer format the wordings ask for), ``rule`` (``own``, ``whole`` or ``shared``:
     :mod:`countlens.llm.tasks.spans`), ``uses_pairs`` (draws the settings' target/distractor pairs) and
-    ``twins`` (a corrupted twin of the same token length exists), ``seeded`` (False where a prompt depends on its count alone: the grid then takes the first seed and one prompt per count, so no prompt is written twice); ``order`` places it in the registry's listing. ``values`` holds the checked options.
+    ``twins`` (a corrupted twin of the same token length exists), ``seeded`` (False where a prompt depends on
+    its count alone: the grid then takes the first seed and one prompt per count, so no prompt is written
+    twice); ``order`` places it in the registry's listing. ``values`` holds the checked options.
     """
 
     name: ClassVar[str]
@@ -114,8 +117,10 @@ class Task:
         """The ``pair`` column of a task that draws no pairs: what it counts."""
         return self.name
 
+    @abstractmethod
     def instruction(self, config: str, group: Any, n: int, k: int, seed: int, L: int) -> Instruction:
-        raise NotImplementedError
+        """The user message of prompt ``k`` of count ``n`` in wording ``config`` and ``group``, for ``seed``
+        and at most ``L`` items, with its items' spans and targets."""
 
     def grid(self, settings) -> Iterator[list[Drawn]]:
         """The task's prompts in groups of one (seed, wording, label), each in (count, k) order; the groups in
