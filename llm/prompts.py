@@ -80,6 +80,7 @@ class PromptSettings:
                                            + literal(repr("/".join(pair))))
         task = parse_task(self.task)
         self.task = task.text
+        task.settle(self)
         unknown = [c for c in self.configs if c not in task.wordings]
         if unknown or not self.configs:
             raise ConfigError("configs", f"{{configs}} must be among {', '.join(task.wordings)} (the wordings of "
@@ -88,10 +89,15 @@ class PromptSettings:
 
     def to_dict(self) -> dict:
         """The settings as a record (a capture's resume key); ``task`` only where it is not the default, so the
-        keys of captures made before tasks existed still match."""
+        keys of captures made before tasks existed still match, and ``task_digest`` where the task reads its
+        prompts from a file (:meth:`~countlens.llm.tasks.Task.digest`)."""
         out = asdict(self)
         if out["task"] == DEFAULT_TASK:
             del out["task"]
+        else:
+            digest = self.counting_task().digest()
+            if digest is not None:
+                out["task_digest"] = digest  # a file task: its records' content, not only its path
         return out
 
     def counting_task(self) -> Task:
@@ -102,11 +108,21 @@ class PromptSettings:
         """``ConfigError`` naming ``task`` where the task has no corrupted twin of the same token length, which
         ``what`` (an analysis, e.g. "patching over positions") needs."""
         task = self.counting_task()
+        self.require_items(what)
         if not task.twins:
             able = ", ".join(name for name, t in TASKS.items() if t.twins)
+            why = f" ({task.no_twin})" if task.no_twin else ""
             raise ConfigError("task", f"{what} needs a corrupted twin of each prompt (the same tokens but one, the "
-                                      f"count changed by one), which the task {literal(task.name)} does not define;"
-                                      f" use a {{task}} that does ({literal(able)})")
+                                      f"count changed by one), which the task {literal(task.name)} does not define"
+                                      f"{literal(why)}; use a {{task}} that does ({literal(able)})")
+
+    def require_items(self, what: str) -> None:
+        """``ConfigError`` naming ``task`` where the task's prompts do not say where their items are (a ``file``
+        task without ``spans``), which ``what`` (an items capture, Figure 11, the heads) needs."""
+        task = self.counting_task()
+        if not task.located:
+            raise ConfigError("task", f"{what} needs each item's position, but the task {literal(task.text)} gives "
+                                      "no item spans (add spans to its records, docs/tasks/README.md)")
 
     def n_prompts(self) -> int:
         """The number of prompts these settings make (:meth:`~countlens.llm.tasks.Task.size`)."""
@@ -171,9 +187,13 @@ def parse_pairs(text: str) -> list[list[str]]:
     return pairs
 
 
-def render(tokenizer, instruction: str, template: str) -> tuple[str, bool, int]:
+def render(tokenizer, instruction: str, template: str, context: tuple = ()) -> tuple[str, bool, int]:
     """The text fed to the tokenizer, whether the tokenizer should add its special tokens, and the character
-    index where ``instruction`` starts in the text."""
+    index where ``instruction`` starts in the text. ``context``: chat messages before the user's (a ``file``
+    task's conversation; the chat template only)."""
+    if template == "plain" and context:
+        raise ConfigError("template", "{template:plain} writes one user message, but this prompt holds a chat "
+                                      "conversation; use {template:chat}")
     if template == "plain":
         return PLAIN_TEMPLATE.format(instruction=instruction), True, 0
     if not getattr(tokenizer, "chat_template", None):
@@ -181,13 +201,13 @@ def render(tokenizer, instruction: str, template: str) -> tuple[str, bool, int]:
                                       + literal(repr(PLAIN_TEMPLATE.format(instruction="<instruction>")))
                                       + " (recorded in the capture)")
     try:
-        text = tokenizer.apply_chat_template([{"role": "user", "content": instruction}], tokenize=False,
+        text = tokenizer.apply_chat_template([*context, {"role": "user", "content": instruction}], tokenize=False,
                                              add_generation_prompt=True)
     except Exception as exc:  # noqa: BLE001 - a template may raise anything (jinja's raise_exception)
         raise ConfigError("template", "the model's chat template refuses a single user message ("
                                       + literal(_first_line(exc)) + "); pass {template:plain}") from None
     # The chat template already holds the special tokens (apply_chat_template(tokenize=True) does the same).
-    start = text.find(instruction)
+    start = text.rfind(instruction) if context else text.find(instruction)  # the last user message's
     if start < 0:
         raise ConfigError("template", "the model's chat template rewrites the user message, so its items "
                                       "cannot be located; pass {template:plain}")
@@ -258,7 +278,7 @@ def build_prompts(tokenizer, settings: PromptSettings) -> list[Prompt]:
         rendered = []
         for drawn in group:
             instruction = drawn.instruction
-            text, special, start = render(tokenizer, instruction.text, settings.template)
+            text, special, start = render(tokenizer, instruction.text, settings.template, instruction.context)
             rendered.append((drawn, text, instruction.spans + start, text[start + len(instruction.text):]))
         encoded = encode(tokenizer, [r[1] for r in rendered], special)
         for (drawn, text, spans, tail), ids, offsets in zip(rendered, *encoded, strict=True):
@@ -271,14 +291,14 @@ def build_prompts(tokenizer, settings: PromptSettings) -> list[Prompt]:
             positions, problem = _check_items(tokenizer, text, ids, offsets, spans, targets, task.rule,
                                               task.uses_pairs)
             if problem:
-                where = (f"in the prompt n={drawn.n}, m={len(targets) - drawn.n}, config {drawn.config}, "
-                         f"seed {drawn.seed}")
+                where = drawn.source or (f"in the prompt n={drawn.n}, m={len(targets) - drawn.n}, config "
+                                         f"{drawn.config}, seed {drawn.seed}")
                 if task.uses_pairs:
                     raise ConfigError("pairs", literal(f"pair {drawn.pair} {where}: {problem}") + "; it merges "
                                       "with a neighbour here though not everywhere; choose other {pairs}")
                 raise ConfigError("task", "{task}: " + literal(f"{problem} {where}") + "; the model's tokenizer "
                                   "cannot tell these items apart")
-            prompts.append(Prompt(n=drawn.n, m=len(targets) - drawn.n, pair=drawn.pair, config=drawn.config,
+            prompts.append(Prompt(n=drawn.n, m=drawn.instruction.m, pair=drawn.pair, config=drawn.config,
                                   seed=drawn.seed, prompt=text, ids=ids,
                                   first_item_index=int(positions[0]) if len(positions) else -1,
                                   last_item_index=int(positions[-1]) if len(positions) else -1,

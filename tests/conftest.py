@@ -32,10 +32,11 @@ def tiny_chat_model(tmp_path_factory, smollm2_tokenizer):  # noqa: F811
 
 @pytest.fixture(scope="session")
 def test_preset_report(tmp_path_factory, tiny_chat_model):
-    """``countlens reproduce --preset test`` on the tiny model, once per session: (OUT folder, exit code).
-    Treat it as read-only."""
+    """``countlens reproduce --preset test`` on the tiny model, once per session, with two ``repeat`` tasks set
+    beside its ``lists`` (``--tasks``): (OUT folder, exit code). Treat it as read-only."""
     from countlens.pipeline.cli import main
 
     out = tmp_path_factory.mktemp("report") / "r"
-    code = main(["reproduce", "--preset", "test", "--model", str(tiny_chat_model), "--out", str(out)])
+    code = main(["reproduce", "--preset", "test", "--model", str(tiny_chat_model), "--out", str(out),
+                 "--tasks", "repeat:separator=comma,repeat:separator=space"])
     return out, code

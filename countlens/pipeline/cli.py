@@ -39,7 +39,7 @@ _AREAS = {
 }
 _PIPELINE = ("reproduce", "study")
 # The capture options reproduce and study take (declared once, by the llm room's command line).
-REPRODUCE_CAPTURE = ("model", "gguf_file", "revision", "device", "dtype", "template", "batch_size", "no_cache")
+REPRODUCE_CAPTURE = ("model", "gguf_file", "revision", "device", "dtype", "template", "task", "batch_size", "no_cache")
 STUDY_CAPTURE = ("device", "dtype", "batch_size", "template", "no_cache")
 
 
@@ -108,6 +108,10 @@ def register_reproduce(subparsers) -> None:
     add_capture_options(p, REPRODUCE_CAPTURE, defaults=None)
     p.add_argument("--stages", default=None,
                    help="comma-separated stages to run, from the list below (default: all)")
+    p.add_argument("--tasks", default=None, metavar="TASK,TASK,...",
+                   help="also run the capture, probes, geometry and lenses on these counting tasks (as --task "
+                        "writes them, e.g. repeat:separator=comma,repeat:separator=space) into OUT/tasks/<task>/, "
+                        "and compare them with --task's on the report (default: none)")
     p.add_argument("--out", required=True, help="report folder")
     p.set_defaults(func=cmd_reproduce)
 
@@ -115,16 +119,21 @@ def register_reproduce(subparsers) -> None:
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from countlens.llm.capture.options import capture_options
     from countlens.pipeline.reproduce import reproduce
+    from countlens.pipeline.tasks import parse_tasks
 
     only = [s.strip() for s in args.stages.split(",") if s.strip()] if args.stages else None
     out = Path(args.out)
-    summary = reproduce(out, _preset(args), capture_options(args, REPRODUCE_CAPTURE), only)
+    tasks = parse_tasks(args.tasks) if args.tasks else ()
+    summary = reproduce(out, _preset(args), capture_options(args, REPRODUCE_CAPTURE), only, tasks=tasks)
     failed = [s for s in summary["stages"] if s["status"] in ("failed", "skipped")]
     for s in failed:
         print(f"reproduce: stage {s['stage']} {s['status']}: {s['reason']}", file=sys.stderr)
     done = sum(s["status"] == "done" for s in summary["stages"])
+    for t in summary.get("tasks", []):
+        if t["status"] != "done":
+            print(f"reproduce: task {t['task']} {t['status']}: {t['reason']}", file=sys.stderr)
     print(f"reproduce: report written to {out / 'index.html'} ({done}/{len(summary['stages'])} stages done)")
-    return 1 if failed else 0
+    return 1 if failed or any(t["status"] != "done" for t in summary.get("tasks", [])) else 0
 
 
 STUDY_DESCRIPTION = """\
@@ -161,6 +170,10 @@ def register_study(subparsers) -> None:
     p.add_argument("--patching", action="store_true",
                    help="also run, in every model's report: " + _titles("patching"))
     p.add_argument("--where", action="store_true", help="also run, in every model's report: " + _titles("where"))
+    p.add_argument("--tasks", default=None, metavar="TASK,TASK,...",
+                   help="run every model on each of these counting tasks (as --task writes them, e.g. "
+                        "lists,repeat:separator=comma,repeat:separator=space,letters), the lenses added, and compare "
+                        "each model's tasks side by side in OUT/tasks/<model>/ (default: the lists task alone)")
     p.set_defaults(func=cmd_study)
 
 
@@ -169,11 +182,15 @@ def cmd_study(args: argparse.Namespace) -> int:
     from countlens.pipeline.study import StudyConfig, run_study
 
     out = Path(args.out)
+    from countlens.pipeline.tasks import parse_tasks
+
     config = StudyConfig(models=args.models, preset=_preset(args), capture=capture_options(args, STUDY_CAPTURE),
-                         patching=args.patching, where=args.where)
+                         patching=args.patching, where=args.where,
+                         tasks=parse_tasks(args.tasks) if args.tasks else ())
     result, failures = run_study(config, out, args.ray)
     if result.models:
-        print(f"study: {len(result.models)} of {len(config.models)} models compared in {out / 'index.html'}")
+        what = f"{len(config.jobs())} runs (models × tasks)" if config.tasks else f"{len(config.models)} models"
+        print(f"study: {len(result.models)} of {what} compared in {out / 'index.html'}")
     return 1 if failures else 0
 
 

@@ -27,6 +27,7 @@ from countlens.core.report import (
     is_scalar,
     table,
 )
+from countlens.pipeline.tasks import TASKS_DIR, TASKS_FILE, tasks_section
 
 _SCRIPT = """<script>
 window.addEventListener('load', function () {
@@ -170,6 +171,20 @@ def _header(page: Page) -> None:
                                       left=(0, 1, 2, 5)))
 
 
+def _tasks(page: Page) -> None:
+    """The tasks side by side (``reproduce --tasks``), where the report has them."""
+    rel = f"{TASKS_DIR}/{TASKS_FILE}"
+    if page.load(rel) is None:
+        return
+    page.add("<h2>Tasks side by side</h2>")
+    runs = (page.load(REPORT_FILE) or {}).get("tasks", [])
+    for i, run in enumerate(runs):
+        if run.get("status") != "done":
+            page.add(f'<p class="failed">Task {page.v(REPORT_FILE, "tasks", i, "task")} '
+                     f'{page.v(REPORT_FILE, "tasks", i, "status")}: {page.v(REPORT_FILE, "tasks", i, "reason")}</p>')
+    tasks_section(page, rel, prefix=f"{TASKS_DIR}/")
+
+
 def _configuration(page: Page) -> None:
     rel = REPORT_FILE
     prov = (page.load(rel) or {}).get("provenance", {})
@@ -213,6 +228,7 @@ def render_index(out: Path, stages: Sequence[StageLike]) -> str:
     for stage in stages:
         if stage.view is not None:
             _section(page, stage)
+    _tasks(page)
     _configuration(page)
     body = "\n".join(page.parts)
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

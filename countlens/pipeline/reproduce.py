@@ -22,6 +22,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from countlens.core.errors import ConfigError
 from countlens.core.io import provenance, write_json_atomic
 from countlens.core.options import option_value, with_options
 from countlens.core.report import REPORT_FILE
@@ -37,6 +38,7 @@ from countlens.pipeline.experiments import (
 )
 from countlens.pipeline.report import write_index
 from countlens.pipeline.stages import Stage, refuse_other_stages, run_stages, select, stage_done
+from countlens.pipeline.tasks import LENS_STAGE, TASKS_DIR, compare_tasks, task_folder_name, task_stages
 
 ACTS_PLACE = "acts"  # the capture's activation folder inside its stage folder
 
@@ -58,26 +60,37 @@ def build_stages(preset: str, capture: dict[str, Any] | None = None) -> list[Sta
     """The stages of ``reproduce`` for ``preset`` (quick, full, test): every declared experiment
     (:func:`countlens.pipeline.experiments.experiments`) at that size, in report order. ``capture`` overrides
     fields of the preset's capture config (``model``, ``device``, ...); an experiment that ``inherits``
-    settings takes them from that config, so it runs the capture's model and wording."""
+    settings takes them from that config, so it runs the capture's model, wording and task; one that cannot run
+    on them (an analysis that needs a corrupted twin, on a task without one) is ``refused``, with the one-line
+    reason its config gave, and skipped by the run."""
     captured = capture_config(preset, capture)
     stages = []
     for e in experiments():
+        refused = None
         if e.name == SOURCE:
             config = captured
         else:
             config = e.preset(preset, **read_paths(e))
             if e.inherits:
-                config = with_options(config, **{k: _inherited(captured, k) for k in e.inherits})
+                try:
+                    config = with_options(config, **{k: _inherited(captured, k) for k in e.inherits})
+                except ConfigError as exc:  # this experiment cannot run on the capture's task (no twins, say)
+                    refused = f"{e.name} cannot run on this capture: {exc}"
         stages.append(Stage(
             e.name, e.title, config, e.run, e.result, e.draw(), e.show(), needs=tuple(dict.fromkeys(e.reads.values())),
             links=tuple(e.reads), places=dict(e.places), options=e.run_options(config), cache=e.cache,
-            threads=e.threads, model=captured.model if e.needs_model(config) else None))
+            threads=e.threads, model=captured.model if e.needs_model(config) else None, refused=refused))
     return stages
 
 
 def reproduce(out: Path, preset: str, capture: dict[str, Any] | None = None, only: list[str] | None = None,
-              pool: ModelPool | None = None) -> dict:
+              pool: ModelPool | None = None, tasks: tuple[str, ...] = ()) -> dict:
     """Run (or reuse) every stage, then write ``reproduce.json`` and ``index.html``. Returns the summary.
+
+    ``tasks`` (``--tasks``): further counting tasks; each runs the model's stages of
+    :func:`countlens.pipeline.tasks.task_stages` into ``OUT/tasks/<task>/`` (a report of its own, in the same
+    model pool), and :func:`countlens.pipeline.tasks.compare_tasks` sets them side by side with this report's
+    own task in ``OUT/tasks/``, shown on this report.
 
     Before the first stage, the capture is checked (model, template, items, context) when it is to run, so
     a model that cannot be captured is refused (:class:`UsageError`) before any toy stage runs. ``pool``:
@@ -97,6 +110,7 @@ def reproduce(out: Path, preset: str, capture: dict[str, Any] | None = None, onl
         out.mkdir(parents=True, exist_ok=True)
         try:
             records = run_stages(out, stages, only, pool)
+            task_runs = _run_tasks(out, preset, capture, named, records, tasks, pool) if tasks else []
         finally:
             if handed is not None:
                 handed.release_models()
@@ -104,12 +118,37 @@ def reproduce(out: Path, preset: str, capture: dict[str, Any] | None = None, onl
     summary = {
         "preset": preset, "model": model, "model_args": capture or {}, "out": str(out),
         "stages": [{"title": s.title, **records[s.name]} for s in stages],
+        **({"tasks": task_runs} if tasks else {}),
         "provenance": provenance({"preset": preset, "model": model, "model_args": capture or {},
                                   "sizes": {s.name: config_record(s.config) for s in stages}}),
     }
     write_json_atomic(out / REPORT_FILE, summary)
     write_index(out, stages)
     return summary
+
+
+def _run_tasks(out: Path, preset: str, capture: dict[str, Any] | None, named: dict[str, Stage],
+               records: dict[str, dict], tasks: tuple[str, ...], pool: ModelPool) -> list[dict[str, Any]]:
+    """Each task of ``tasks`` other than the report's own as a report of its own in ``OUT/tasks/<task>/``, then
+    their comparison (with the report's own task where its stages are done); one record per task."""
+    own = named[SOURCE].config.prompts.task
+    needed = task_stages()
+    runs, entries = [], []
+    if all(records.get(n, {}).get("status") == "done" for n in needed if n != LENS_STAGE):
+        entries.append((own, out))
+    for task in (t for t in tasks if t != own):
+        folder = out / TASKS_DIR / task_folder_name(task)
+        summary = reproduce(folder, preset, {**(capture or {}), "task": task}, only=needed, pool=pool)
+        status = {s["stage"]: s for s in summary["stages"]}
+        failed = [f"{n} {status[n]['status']}: {status[n].get('reason', '')}" for n in needed
+                  if status[n]["status"] != "done" and n != LENS_STAGE]
+        runs.append({"task": task, "folder": str(folder.relative_to(out)), "status": "failed" if failed else "done",
+                     **({"reason": "; ".join(failed)} if failed else {})})
+        if not failed:
+            entries.append((task, folder))
+    if entries:
+        compare_tasks(entries, out / TASKS_DIR, str(named[SOURCE].config.model.model), preset)
+    return runs
 
 
 __all__ = ["ACTS_PLACE", "capture_config", "build_stages", "stage_titles", "reproduce"]

@@ -68,6 +68,7 @@ class Stage:
     cache: bool = False
     threads: int | None = None  # torch intra-op threads while it runs (None: the process's)
     model: Any = None  # the ModelSpec it runs: the run's pool hands it ``loaded=`` (None: it loads nothing)
+    refused: str | None = None  # why it cannot run in this report (checked when built): not run, with this reason
 
     def configured(self, out: Path) -> Any:
         """The config with every linked path resolved against ``out``."""
@@ -222,7 +223,14 @@ def run_stages(out: Path, stages: list[Stage], only: list[str] | None = None,
         if only and stage.name not in only:
             records[stage.name] = {"stage": stage.name, "status": "not run", "reason": "not selected by --stages"}
             continue
+        if stage.refused:
+            records[stage.name] = {"stage": stage.name, "status": "not run", "refused": True, "reason": stage.refused}
+            continue
         blocked = [n for n in stage.needs if records.get(n, {}).get("status") != "done"]
+        if blocked and all(records.get(n, {}).get("refused") for n in blocked):
+            records[stage.name] = {"stage": stage.name, "status": "not run", "refused": True,
+                                   "reason": f"reads stage {', '.join(blocked)}, which cannot run on this capture"}
+            continue
         if blocked:
             records[stage.name] = {"stage": stage.name, "status": "skipped",
                                    "reason": f"needs stage {', '.join(blocked)}"}

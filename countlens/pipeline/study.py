@@ -41,6 +41,7 @@ from countlens.pipeline.study_report import (
     draw_study,
     write_study_page,
 )
+from countlens.pipeline.tasks import LENS_STAGE, TASKS_DIR, compare_tasks, parse_tasks, task_folder_name
 from countlens.probes.probe import ProbeResult
 
 MODELS_DIR = "models"
@@ -76,13 +77,16 @@ class StudyConfig:
     size preset (``quick``, ``full``, ``test``) every model runs at, and ``capture`` — fields of the preset's
     capture config set for every model (``device``, ``dtype``, ``batch_size``, ``template``, ...);
     ``patching`` adds Figure 9's patching and steering to every model's report, ``where`` Figures 10-13 (the
-    count at every item, patching over positions, the heads, the lenses)."""
+    count at every item, patching over positions, the heads, the lenses). ``tasks`` (``--tasks``, checked by
+    :func:`~countlens.pipeline.tasks.parse_tasks`): run every model on each of these counting tasks (a report
+    per model and task, the lenses added) and compare the tasks of each model side by side."""
 
     models: tuple[str, ...]
     preset: str = "quick"
     capture: dict[str, Any] = field(default_factory=dict)
     patching: bool = False
     where: bool = False
+    tasks: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.models = tuple(str(m).strip() for m in self.models if str(m).strip())
@@ -95,6 +99,10 @@ class StudyConfig:
             raise ConfigError("preset", f"unknown size {{preset}} {self.preset!r}; choose {', '.join(PRESETS)}")
         if "model" in self.capture:
             raise ConfigError("models", "capture settings are for every model; name the models in {models}")
+        if self.tasks:
+            self.tasks = parse_tasks(",".join(self.tasks))
+            if "task" in self.capture:
+                raise ConfigError("tasks", "give the tasks in {tasks} alone, not also a capture task")
         capture_config(self.preset, self.capture)  # every override is a valid capture setting (checked when built)
 
     def jobs(self) -> list[dict[str, Any]]:
@@ -102,8 +110,14 @@ class StudyConfig:
         result)."""
         groups = ("model",) + (("patching",) if self.patching else ()) + (("where",) if self.where else ())
         stages = study_stages(*groups)
-        return [{"model": m, "name": name, "preset": self.preset, "capture": {**self.capture, "model": m},
-                 "stages": stages} for m, name in zip(self.models, model_folder_names(list(self.models)), strict=True)]
+        names = model_folder_names(list(self.models))
+        if not self.tasks:
+            return [{"model": m, "name": name, "preset": self.preset, "capture": {**self.capture, "model": m},
+                     "stages": stages} for m, name in zip(self.models, names, strict=True)]
+        stages = [s for s in study_stages(*groups, "where") if s in stages or s == LENS_STAGE]
+        return [{"model": m, "name": f"{name}--{task_folder_name(task)}", "model_name": name, "task": task,
+                 "preset": self.preset, "capture": {**self.capture, "model": m, "task": task}, "stages": stages}
+                for m, name in zip(self.models, names, strict=True) for task in self.tasks]
 
 
 @dataclass
@@ -129,6 +143,7 @@ class ModelSummary:
     nearest_toy_variant: str | None
     behaviour_accuracy: float | None
     report: str
+    task: str | None = None
 
     def value(self, keys: tuple[str, ...]) -> Any:
         """The field at the key path ``keys`` (``("at_blocks", "first", "gap_ratio")``)."""
@@ -152,6 +167,7 @@ class StudyResult(Result):
     config: dict[str, Any]
     models: list[ModelSummary]
     provenance: dict[str, Any] = field(default_factory=dict)
+    tasks: list[str] = field(default_factory=list)  # each model's tasks-side-by-side page (``--tasks``)
 
     def tables(self) -> dict[str, tuple[list[str], list[list[Any]]]]:
         """``study.csv``: one row per model."""
@@ -187,7 +203,7 @@ def run_study_model(job: dict[str, Any], out: str | Path, device: str | None = N
     capture = {**job["capture"], **({"device": device} if device else {})}
     report = reproduce(folder, job["preset"], capture, only=job["stages"], pool=pool)
     for stage in report["stages"]:
-        if stage["stage"] in job["stages"] and stage["status"] != "done":
+        if stage["stage"] in job["stages"] and stage["status"] not in ("done", "not run"):  # not run: refused
             raise UsageError(f"model {job['model']}: stage {stage['stage']} {stage['status']}: "
                              f"{stage.get('reason', '')}")
     return asdict(summarize_model(job, folder, Path(out)))
@@ -217,7 +233,7 @@ def summarize_model(job: dict[str, Any], folder: Path, out: Path) -> ModelSummar
                     "val_rounded_acc": best.stat("val_rounded_acc")[0]},
         at_blocks=at_blocks, nearest_toy_variant=nearest,
         behaviour_accuracy=probes.behaviour.accuracy if probes.behaviour else None,
-        report=str((folder / "index.html").relative_to(out)))
+        report=str((folder / "index.html").relative_to(out)), task=job.get("task"))
 
 
 # ---------------------------------------------------------------- the study
@@ -253,12 +269,24 @@ def run_study(config: StudyConfig, out: str | Path, ray: str | None = None,
             failures = _run_in_turn(todo, out, pool, cache, summaries, log)
     result = StudyResult(config=asdict(config), models=[ModelSummary(**summaries[j["name"]]) for j in jobs
                                                         if j["name"] in summaries],
-                         provenance=result_provenance(config))
+                         provenance=result_provenance(config), tasks=_compare_tasks(out, config, jobs, summaries))
     if result.models:
         result.save(out)
         draw_study(result, out)
         write_study_page(result, out)
     return result, failures
+
+
+def _compare_tasks(out: Path, config: StudyConfig, jobs, summaries) -> list[str]:
+    """Per model run on ``--tasks``, its finished tasks side by side in ``OUT/tasks/<model>/``; the pages."""
+    pages = []
+    for model in config.models if config.tasks else ():
+        done = [j for j in jobs if j["model"] == model and j["name"] in summaries]
+        if done:
+            folder = out / TASKS_DIR / done[0]["model_name"]
+            compare_tasks([(j["task"], model_folder(out, j)) for j in done], folder, model, config.preset)
+            pages.append(str((folder / "index.html").relative_to(out)))
+    return pages
 
 
 def _run_in_turn(todo, out, pool, cache, summaries, log) -> dict[str, str]:

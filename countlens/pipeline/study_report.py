@@ -86,6 +86,8 @@ def render_study_page(result) -> str:
         "behavioural accuracy is the share of prompts the model itself answered with the right count.</p>",
         f'<img src="{FIGURE_STEM}.png" alt="Figure 5 across models">',
         f"<table><tr>{header}</tr>", *rows, "</table>",
+        *([f"<p>Tasks side by side: {links}.</p>"] if (links := ", ".join(
+            f'<a href="{html.escape(p)}">{html.escape(p.split("/")[-2])}</a>' for p in result.tasks)) else []),
         f"<p>Table as CSV: <a href=\"{TABLE_FILE}\">{TABLE_FILE}</a>; all numbers with their settings: "
         f"<a href=\"{STUDY_FILE}\">{STUDY_FILE}</a>.</p>",
         f"<p><small>{html.escape(versions)}</small></p>", "</body></html>"])

@@ -139,6 +139,8 @@ class CaptureConfig(ExperimentConfig):
         if self.answers and self.backend != "hf":
             raise ConfigError("answers", "{answers} needs {backend:hf} (the answer is decoded from the capture's "
                                          "own prompt pass)", also=("backend",))
+        if self.positions == "items":
+            self.prompts.require_items("an items capture (one row per item)")
         return self
 
 
@@ -260,8 +262,9 @@ def _plan(config: CaptureConfig, progress: bool, pool: ModelPool | None) -> Capt
     prompts = length_sorted(build_prompts(tokenizer, config.prompts))
     n_ctx, longest = context_length(model_config), prompts[-1].n_tokens
     if n_ctx is not None and longest > n_ctx:
-        raise ConfigError("L", f"the longest prompt has {longest} tokens but the model's context is {n_ctx}; "
-                               "lower {L}")
+        field, fix, also = _shorter(config.prompts)
+        raise ConfigError(field, f"the longest prompt (count {prompts[-1].n}) has {longest} tokens but the model's "
+                                 f"context is {n_ctx}; {fix}", also=also)
     if config.answers:
         _check_candidates(tokenizer, config, n_ctx, longest)
     if config.positions == "items" and all(p.first_item_index < 0 for p in prompts):
@@ -282,10 +285,19 @@ def _check_candidates(tokenizer, config: CaptureConfig, n_ctx: int | None, longe
                           ) from None
     tokens = max(len(t) for t in ids)
     if n_ctx is not None and longest + tokens > n_ctx:
-        raise ConfigError("L", f"the longest prompt ({longest} tokens) and the longest candidate answer "
-                               f"({tokens} tokens, of the counts {counts[0]}..{counts[-1]}) exceed the model's "
-                               f"context of {n_ctx} tokens; lower {{L}} or the largest of {{counts}}",
-                          also=("counts",))
+        field, fix, also = _shorter(config.prompts)
+        raise ConfigError(field, f"the longest prompt ({longest} tokens) and the longest candidate answer "
+                                 f"({tokens} tokens, of the counts {counts[0]}..{counts[-1]}) exceed the model's "
+                                 f"context of {n_ctx} tokens; {fix}", also=also)
+
+
+def _shorter(prompts: PromptSettings) -> tuple[str, str, tuple[str, ...]]:
+    """The field that shortens the longest prompt in the task's own terms, the fix (a message part) and the
+    other fields it names: ``L`` where the task's prompts grow with it, else the largest of the counts (a
+    repeated word, a file's records)."""
+    if prompts.counting_task().uses_L:
+        return "L", "lower {L} or the largest of {counts}", ("counts",)
+    return "counts", "lower the largest of {counts} (the prompts of {task} grow with their count)", ("task",)
 
 
 def preflight_capture(config: CaptureConfig, out: str | Path | None = None, progress: bool = True,
@@ -561,7 +573,7 @@ declare(Experiment(
         "test": CaptureConfig(prompts=PromptSettings(L=8, counts=list(range(0, 9)), per_count=1, seeds=[0, 1],
                                                      pairs=[["a", "b"]], configs=["count"]),
                               locations=ITEM_LOCATIONS, positions="items")},
-    output="acts", places={"out": "acts"}, options={"progress": True}, inherits=("model", "template", "batch_size"),
+    output="acts", places={"out": "acts"}, options={"progress": True}, inherits=("model", "template", "batch_size", "task"),
     uses_model=True, study="where"))
 
 

@@ -1,6 +1,15 @@
-"""Component ablation at the assistant boundary (Figure 14's causal check), on the one patch mechanism
+"""Component ablation and patching (Figure 14's causal check), on the one patch mechanism
 (:class:`countlens.llm.patching.edits.Setter` / :class:`~countlens.llm.patching.edits.Patch`).
 
+Two sources of the value written (``source``): ``mean`` (mean-ablation) and ``twin`` (patching: the prompt's
+corrupted twin's own write, Figure 11's twin with one target turned into the distractor); two scopes (``scope``):
+``boundary`` (the boundary position alone) and ``all`` (every position of the prompt at once). The boundary
+mean-ablation runs from the prompt's key/value cache (below); the other three run whole prompt passes
+(:func:`countlens.llm.patching.edits.patched_prompt_logprobs`), one per component and prompt, batched, with every
+setter built by :func:`component_setter`. The limits: writing every component (the embeddings, every attention
+and MLP write) of the twin at every position is the twin's run, and writing nothing is the clean run.
+
+The boundary mean-ablation:
 A block's attention or MLP write (the ``attn_out`` / ``mlp_out`` hook sites) — or one head's slice of the
 attention output projection's input (``attn_z``, :func:`countlens.llm.heads.attention.ablated_scores`) — is
 replaced at the boundary by its mean over the prompt set, and the boundary step is run again from the
@@ -22,7 +31,10 @@ import numpy as np
 
 from countlens.llm.heads.attention import PrefixBatch
 from countlens.llm.hooks import HookSite
-from countlens.llm.patching.edits import Patch, Setter
+from countlens.llm.patching.edits import Patch, Setter, patched_prompt_logprobs
+
+SOURCES = ("mean", "twin")  # what a component's write is replaced by: its mean, or the twin's own write
+SCOPES = ("boundary", "all")  # where: the boundary position alone, or every position of the prompt at once
 
 
 def boundary_write_setter(site: HookSite, values) -> Setter:
@@ -71,6 +83,50 @@ def ablated_component_scores(model, prompts, candidates, sites: Sequence[HookSit
     return out
 
 
+def site_values(model, ids, sites: Sequence[HookSite]):
+    """Every site's activation at every position of one unpadded prompt ``ids`` (T,): a tensor (len(sites), T, w)
+    in the model's dtype, from one forward (hooks through :class:`~countlens.llm.hooks.HookSet`)."""
+    import torch
+
+    from countlens.llm.capture.residuals import find_blocks
+    from countlens.llm.hooks import HookSet
+
+    seen: dict[int, Any] = {}
+
+    def keep(j):
+        def fn(hidden):
+            seen[j] = hidden[0].detach().clone()
+        return fn
+    device = model.get_input_embeddings().weight.device
+    with torch.inference_mode(), HookSet(find_blocks(model)).attach((s, keep(j)) for j, s in enumerate(sites)):
+        model(input_ids=torch.as_tensor([list(ids)], device=device), use_cache=False)
+    return torch.stack([seen[j] for j in range(len(sites))])
+
+
+def component_setter(site: HookSite, value, scope: str, head: int | None = None,
+                     width: int | None = None) -> Setter:
+    """The :class:`Setter` of one component of a whole prompt pass (one batch row, see
+    :func:`~countlens.llm.patching.edits.patched_prompt_logprobs`): at ``site`` — all of its last axis, or with
+    ``head`` the slice of that head (``width`` its size) — ``value`` is written at the boundary (``scope``
+    ``boundary``: ``value`` (T, w) of which the last row, or (w,)) or at every position (``all``: (T, w) one per
+    position, or (w,) the same everywhere)."""
+    import torch
+
+    if scope not in SCOPES:
+        raise ValueError(f"scope must be one of {SCOPES}, got {scope!r}")
+    value = torch.as_tensor(value)
+    kw = {} if head is None else {"head": [int(head)], "width": int(width)}
+    if scope == "boundary":
+        return Setter(site, value[-1:] if value.dim() == 2 else value[None], positions=[-1], **kw)
+    return Setter(site, value[None] if value.dim() == 2 else value, **kw)
+
+
+def component_scores(model, ids, candidates, cells: Sequence[Sequence[Setter]], batch_size: int = 8) -> np.ndarray:
+    """log p(candidate) (len(cells), K) float64 of the prompt ``ids`` run once per cell under its setters
+    (:func:`component_setter`; an empty cell is the clean run)."""
+    return patched_prompt_logprobs(model, ids, candidates, cells, batch_size)
+
+
 def mean_std_count(values: np.ndarray) -> tuple[Any, Any, int]:
     """Mean, std and count over the finite entries of ``values`` (1-D); ``None`` for an empty set."""
     x = np.asarray(values, dtype=np.float64)
@@ -80,4 +136,5 @@ def mean_std_count(values: np.ndarray) -> tuple[Any, Any, int]:
     return float(x.mean()), float(x.std()), int(x.size)
 
 
-__all__ = ["boundary_write_setter", "patched_step_scores", "ablated_component_scores", "mean_std_count"]
+__all__ = ["SOURCES", "SCOPES", "boundary_write_setter", "patched_step_scores", "ablated_component_scores",
+           "site_values", "component_setter", "component_scores", "mean_std_count"]

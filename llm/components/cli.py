@@ -5,7 +5,7 @@ from __future__ import annotations
 from countlens.core.args import INT_LIST, HelpFormatter, add_common_options
 from countlens.llm.capture.options import MODEL_OPTIONS, add_capture_options, capture_options
 
-COMPONENTS_COMMAND = (*MODEL_OPTIONS, "L", "counts", "per_count", "pairs", "configs", "seeds", "template",
+COMPONENTS_COMMAND = (*MODEL_OPTIONS, "task", "L", "counts", "per_count", "pairs", "configs", "seeds", "template",
                       "batch_size", "device", "dtype")
 COMPONENTS_DESCRIPTION = """\
 Figure 14: which component writes the answer. Direct logit attribution at the assistant boundary: the last
@@ -15,13 +15,18 @@ real residual and through the unembedding, and scored on two logit differences o
 answer = the correct count's first token against the model's own greedy first token, and previous = n's
 first token against n - 1's. The embeddings, the writes and the read-out's constant sum to the model's own
 logit difference. Linear at the real run's point: a component that writes nothing directly can still matter
-through later ones. Architectures whose attention and MLP writes the hook-site registry does not know are
-refused before the weights load. Writes components.json, components.csv and fig14_components.png/.pdf.
+through later ones. On at most --ablate-prompts prompts each block's attention and MLP write and each head
+(--layers) is replaced by its mean (--source mean) or by the prompt's twin's own write (--source twin: one
+target turned into the distractor), at the boundary or at every position (--scope), and scored by the
+normalised logit difference of n against n - 1 (1 = the clean run, 0 = the twin's) and the shift of the
+expected count. Architectures whose attention and MLP writes the hook-site registry does not know, and blocks
+the model lacks, are refused before the weights load. Writes components.json, components.csv and fig14_components.png/.pdf.
 """
 
 
 def register(sub) -> None:
     """Add ``components`` to the ``countlens llm`` subcommands ``sub``."""
+    from countlens.llm.components.ablation import SCOPES, SOURCES
     from countlens.llm.components.experiment import ComponentsConfig
     from countlens.llm.positions.experiment import FLIPS
 
@@ -37,6 +42,14 @@ def register(sub) -> None:
                          "mean-ablated at the boundary (0: attribution only)")
     co.add_argument("--flip", choices=FLIPS, default=cd.flip, help="which target the ablation's twin turns into "
                                                                   "the distractor")
+    co.add_argument("--source", dest="source", choices=SOURCES, default=cd.source,
+                    help="what an ablated component's write is replaced by: mean (its mean) or twin (the twin's own "
+                         "write: patching)")
+    co.add_argument("--scope", dest="scope", choices=SCOPES, default=cd.scope,
+                    help="where: at the boundary alone, or at every position of the prompt at once (all)")
+    co.add_argument("--layers", dest="layers", default=None,
+                    help="blocks whose attention and MLP writes and heads are ablated: 0-based indices, -1, ranges "
+                         "like 0:5, or all (default: all)")
     co.add_argument("--out", required=True, help="output folder")
     add_common_options(co, "quiet")
     co.set_defaults(func=cmd_components)
@@ -49,7 +62,8 @@ def cmd_components(args) -> int:
 
     quiet_transformers()
     config = ComponentsConfig().with_options(**capture_options(args, COMPONENTS_COMMAND),
-                                              ablate_prompts=args.ablate_prompts, flip=args.flip)
+                                              ablate_prompts=args.ablate_prompts, flip=args.flip,
+                                              source=args.source, scope=args.scope, layers=args.layers)
     result = run_components(config, progress=not args.quiet)
     result.save(args.out)
     draw_components(result, args.out)

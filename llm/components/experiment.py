@@ -45,7 +45,16 @@ from countlens.llm.answers import (
     stop_token_ids,
 )
 from countlens.llm.capture.residuals import context_length, find_blocks, n_blocks_of, pad_batch, pad_token_id
-from countlens.llm.components.ablation import ablated_component_scores, mean_std_count, patched_step_scores
+from countlens.llm.components.ablation import (
+    SCOPES,
+    SOURCES,
+    ablated_component_scores,
+    component_scores,
+    component_setter,
+    mean_std_count,
+    patched_step_scores,
+    site_values,
+)
 from countlens.llm.components.attribution import (
     ComponentPass,
     attributed_differences,
@@ -55,7 +64,7 @@ from countlens.llm.components.attribution import (
     token_parts,
 )
 from countlens.llm.heads.attention import ablated_scores
-from countlens.llm.heads.experiment import text_config
+from countlens.llm.heads.experiment import ablated_layers, text_config
 from countlens.llm.hooks import attention_output_site, component_output_sites, hook_sites
 from countlens.llm.lens.readout import check_unembedding, output_head
 from countlens.llm.models import (
@@ -86,7 +95,10 @@ class ComponentsConfig(ExperimentConfig):
     on at most ``ablate_prompts`` of them (spread over the set; counts >= 1, each scored against its twin with
     its ``flip`` target turned into the distractor: ``first``, ``middle`` or ``last``; 0 skips it): every
     block's attention and MLP write and every head's output at the boundary, each replaced by its mean over
-    the prompt set.
+    the prompt set. ``source`` ``twin`` patches the twin's own write instead (:mod:`~countlens.llm.components.
+    ablation`); ``scope`` ``all`` writes at every position of the prompt at once (the mean then over every
+    position of the ablated prompts); ``layers`` the blocks ablated (0-based, ranges ``0:5``, ``-1``; default
+    all).
 
     The defaults (L = 24, counts 1..12, two prompts per count and pair, one wording and seed: 96 prompts; 8
     ablated) cost one prompt pass and the greedy answer's decode steps per prompt, then one boundary step per
@@ -97,10 +109,13 @@ class ComponentsConfig(ExperimentConfig):
     batch_size: int = 8
     ablate_prompts: int = 8
     flip: str = "last"
+    source: str = "mean"
+    scope: str = "boundary"
+    layers: str | None = None
 
     FIELDS: ClassVar[dict] = {"model": Nested(ModelSpec, "model"), "prompts": Nested(PromptSettings),
                               "batch_size": AtLeast(1), "ablate_prompts": AtLeast(0, " (0: no ablation)"),
-                              "flip": OneOf(FLIPS)}
+                              "flip": OneOf(FLIPS), "source": OneOf(SOURCES), "scope": OneOf(SCOPES)}
 
     def validate(self) -> ComponentsConfig:
         """Raise :class:`ConfigError` naming the field of a config that cannot run (reads no file); runs when
@@ -110,6 +125,12 @@ class ComponentsConfig(ExperimentConfig):
             raise ConfigError("ablate_prompts", "the ablation scores n against n − 1 and needs {counts} >= 1; "
                                                 "give such counts or set {ablate_prompts} to 0",
                               also=("counts",))
+        if self.ablate_prompts:
+            try:
+                self.prompts.require_twins("the components' ablation (scored against each prompt's twin)")
+            except ConfigError as exc:
+                raise ConfigError("ablate_prompts", exc.template + "; or set {ablate_prompts} to 0 for the direct "
+                                  "logit attribution alone", also=exc.fields) from None
         return self
 
 
@@ -131,6 +152,16 @@ class ComponentsPlan:
     previous: list[int | None]
     ablated: list[int]
     twins: list[Prompt]
+    layers: list[int] = field(default_factory=list)
+
+
+def component_sites(model_config) -> tuple[str, tuple[str, str, str]]:
+    """The architecture of ``model_config`` (its text model's) and its hook-site kinds: the attention and MLP
+    writes and the attention output projection's input (``ConfigError`` naming ``model`` where the hook-site
+    registry lacks one)."""
+    text = text_config(model_config)
+    architecture = str(getattr(text, "model_type", None) or getattr(model_config, "model_type", ""))
+    return architecture, (*component_output_sites(architecture), attention_output_site(architecture))
 
 
 def plan_components(config: ComponentsConfig, progress: bool = False,
@@ -142,11 +173,10 @@ def plan_components(config: ComponentsConfig, progress: bool = False,
     tokenizer = load_tokenizer(ref, pool)
     model_config = load_model_config(ref, pool)
     text = text_config(model_config)
-    architecture = str(getattr(text, "model_type", None) or getattr(model_config, "model_type", ""))
-    attn_out, mlp_out = component_output_sites(architecture)
-    attn_z = attention_output_site(architecture)
+    architecture, (attn_out, mlp_out, attn_z) = component_sites(model_config)
     check_unembedding(model_config, "model")
     n_blocks = n_blocks_of(model_config)
+    layers = ablated_layers(config.layers, n_blocks)
     n_heads = int(text.num_attention_heads)
     prompts = build_prompts(tokenizer, config.prompts)
     n_ctx = context_length(model_config)
@@ -168,7 +198,7 @@ def plan_components(config: ComponentsConfig, progress: bool = False,
     twins = [corrupted_twin(tokenizer, prompts[i], k_of[i], config.prompts, config.flip).corrupt for i in ablated]
     return ComponentsPlan(config, ref, tokenizer, architecture, (attn_out, mlp_out, attn_z), n_blocks, n_heads,
                           prompts, [first[p.n] for p in prompts],
-                          [first[p.n - 1] if p.n >= 1 else None for p in prompts], ablated, twins)
+                          [first[p.n - 1] if p.n >= 1 else None for p in prompts], ablated, twins, layers)
 
 
 @dataclass
@@ -187,7 +217,9 @@ class ComponentsResult(Result):
     component (``layer``, ``kind`` ``attn``, ``mlp`` or ``head``, ``head``) with the mean and std over the
     ablated prompts of ``normalised_ld`` (n against n − 1, 1 = the clean run, 0 = the twin's; over the prompts
     that normalise, ``n_normalised``), ``ld_change`` (ablated − clean, nats) and ``expected_shift`` (the
-    expected count over the candidates ``ablation_counts``, ablated − clean)."""
+    expected count over the candidates ``ablation_counts``, ablated − clean). What replaced each component's
+    write, and where, is the config's ``source`` (``mean`` or the ``twin``'s own write) and ``scope``
+    (``boundary`` or ``all`` positions)."""
 
     FILE: ClassVar[str] = "components.json"
     CSV: ClassVar[str] = "components.csv"
@@ -293,11 +325,59 @@ def _batch_rows(plan: ComponentsPlan, ids: list[int], writes, logits: np.ndarray
     return rows, totals
 
 
+def _whole_pass_scores(plan: ComponentsPlan, model, clean: list[Prompt], cands, write_means: np.ndarray,
+                       z_means: np.ndarray, B: int) -> tuple[np.ndarray, np.ndarray]:
+    """Patched scores from whole prompt passes (:func:`~countlens.llm.components.ablation.component_scores`):
+    ``(writes (A, 2 · len(layers), K) — attn, mlp of each block in turn —, heads (A, len(layers), H, K))``. The
+    value written: the twin's own write (``source`` ``twin``), or the mean (``mean``: ``write_means`` (2L, d) and
+    ``z_means`` (L, H · hd) at the boundary; at every position the mean over every position of the ablated
+    prompts, :func:`_position_means`), at the boundary or at every position (``scope``)."""
+    L, H, layers = plan.n_blocks, plan.n_heads, plan.layers
+    attn_out, mlp_out, attn_z = plan.sites
+    sites = [s for b in layers for s in (hook_sites([b], L, attn_out)[0], hook_sites([b], L, mlp_out)[0])]
+    z_sites = hook_sites(layers, L, attn_z)
+    source, scope = plan.config.source, plan.config.scope
+    if source == "mean" and scope == "all":
+        write_means, z_means = _position_means(model, clean, sites, z_sites)
+    elif source == "mean":
+        write_means = np.stack([write_means[2 * b + k] for b in layers for k in (0, 1)])
+        z_means = z_means[layers]
+    hd = z_means.shape[-1] // H if source == "mean" else None
+    writes = np.zeros((len(clean), len(sites), len(cands[0])))
+    heads = np.zeros((len(clean), len(layers), H, len(cands[0])))
+    for a, prompt in enumerate(clean):
+        if source == "twin":
+            w_values = site_values(model, plan.twins[a].ids, sites)  # (2 · len(layers), T, d)
+            z_values = site_values(model, plan.twins[a].ids, z_sites)  # (len(layers), T, H · hd)
+            hd = z_values.shape[-1] // H
+        else:
+            w_values, z_values = write_means, z_means  # (2 · len(layers), d), (len(layers), H · hd)
+        cells = [[component_setter(site, w_values[j], scope)] for j, site in enumerate(sites)]
+        cells += [[component_setter(site, z_values[j][..., h * hd:(h + 1) * hd], scope, h, hd)]
+                  for j, site in enumerate(z_sites) for h in range(H)]
+        scores = component_scores(model, prompt.ids, cands[a], cells, B)
+        writes[a] = scores[:len(sites)]
+        heads[a] = scores[len(sites):].reshape(len(layers), H, -1)
+    return writes, heads
+
+
+def _position_means(model, prompts: list[Prompt], sites, z_sites) -> tuple[np.ndarray, np.ndarray]:
+    """The mean of each site's activation over every position of ``prompts``: ``(writes (len(sites), d), heads'
+    inputs (len(z_sites), H · hd))`` float64."""
+    total, z_total, tokens = 0.0, 0.0, 0
+    for p in prompts:
+        total = total + site_values(model, p.ids, sites).double().sum(dim=1).cpu().numpy()
+        z_total = z_total + site_values(model, p.ids, z_sites).double().sum(dim=1).cpu().numpy()
+        tokens += p.n_tokens
+    return total / tokens, z_total / tokens
+
+
 def _ablate(plan: ComponentsPlan, model, tok, write_means: np.ndarray, z_means: np.ndarray, pad_id: int, B: int,
             records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[int]]:
     """The ablation records (see :class:`ComponentsResult`) and candidate counts; adds each ablated prompt's
-    clean and twin scores to its record in ``records``."""
-    L, H = plan.n_blocks, plan.n_heads
+    clean and twin scores to its record in ``records``. The boundary mean-ablation runs from each prompt's
+    key/value cache (one boundary step per component); the other sources and scopes run whole prompt passes."""
+    L, H, layers = plan.n_blocks, plan.n_heads, plan.layers
     clean = [plan.prompts[i] for i in plan.ablated]
     n = np.array([p.n for p in clean])
     counts = list(range(max(0, int(n.min()) - 1), int(max(p.n for p in plan.prompts)) + 1))
@@ -306,9 +386,13 @@ def _ablate(plan: ComponentsPlan, model, tok, write_means: np.ndarray, z_means: 
     s_clean = patched_step_scores(model, clean, cands, lambda idx: [], pad_id, B)  # (A, K)
     s_twin = patched_step_scores(model, plan.twins, cands, lambda idx: [], pad_id, B)
     attn_out, mlp_out, attn_z = plan.sites
-    sites = [s for b in range(L) for s in (hook_sites([b], L, attn_out)[0], hook_sites([b], L, mlp_out)[0])]
-    s_writes = ablated_component_scores(model, clean, cands, sites, write_means, pad_id, B)  # (A, 2L, K)
-    s_heads, _ = ablated_scores(model, clean, cands, hook_sites(range(L), L, attn_z), z_means, H, pad_id, B)
+    if plan.config.source == "mean" and plan.config.scope == "boundary":
+        sites = [s for b in layers for s in (hook_sites([b], L, attn_out)[0], hook_sites([b], L, mlp_out)[0])]
+        rows = [2 * b + k for b in layers for k in (0, 1)]
+        s_writes = ablated_component_scores(model, clean, cands, sites, write_means[rows], pad_id, B)  # (A, 2B', K)
+        s_heads, _ = ablated_scores(model, clean, cands, hook_sites(layers, L, attn_z), z_means, H, pad_id, B)
+    else:
+        s_writes, s_heads = _whole_pass_scores(plan, model, clean, cands, write_means, z_means, B)
     ld_clean, ld_twin = logit_difference(s_clean, at, before), logit_difference(s_twin, at, before)
     e_clean = expected_count(s_clean, counts)
     out = []
@@ -321,11 +405,11 @@ def _ablate(plan: ComponentsPlan, model, tok, write_means: np.ndarray, z_means: 
         out.append({"layer": layer, "kind": kind, "head": head, "normalised_ld_mean": norm[0],
                     "normalised_ld_std": norm[1], "n_normalised": norm[2], "ld_change_mean": change[0],
                     "ld_change_std": change[1], "expected_shift_mean": shift[0], "expected_shift_std": shift[1]})
-    for b in range(L):
-        record(b, "attn", None, s_writes[:, 2 * b])
-        record(b, "mlp", None, s_writes[:, 2 * b + 1])
+    for j, b in enumerate(layers):
+        record(b, "attn", None, s_writes[:, 2 * j])
+        record(b, "mlp", None, s_writes[:, 2 * j + 1])
         for h in range(H):
-            record(b, "head", h, s_heads[:, b, h])
+            record(b, "head", h, s_heads[:, j, h])
     for a, i in enumerate(plan.ablated):
         records[i].update(ablated=True, ablation_ld_clean=float(ld_clean[a]), ablation_ld_twin=float(ld_twin[a]),
                           expected_clean=float(e_clean[a]))
@@ -395,7 +479,7 @@ def run_components(config: ComponentsConfig, *, loaded: LoadedModel | None = Non
 
 declare(Experiment(
     "components", "Figure 14: which component writes the answer", ComponentsConfig, run_components,
-    ComponentsResult, order=205, figure="countlens.llm.components.figures:draw_components",
+    ComponentsResult, order=205, output=ComponentsResult.FILE, figure="countlens.llm.components.figures:draw_components",
     plot="countlens.llm.components.figures:plot_components", view="countlens.llm.components.figures:components_view",
     # quick: half the default prompt set (48 prompts, one per count and pair) and 4 ablated prompts, so that
     # make demo stays inside its budget (the defaults took 178 s of it on 2 busy cores; see BENCHMARKS.md)
@@ -407,9 +491,9 @@ declare(Experiment(
              "test": partial(ComponentsConfig, prompts=PromptSettings(L=8, counts=[0, 2, 5], per_count=1,
                                                                      pairs=[["a", "b"]], configs=["count"],
                                                                      seeds=[0]), ablate_prompts=2)},
-    inherits=("model", "template"), uses_model=True, options={"progress": True}, study="where",
+    inherits=("model", "template", "task"), uses_model=True, options={"progress": True}, study="where",
     cli="countlens.llm.components.cli"))
 
 
-__all__ = ["TARGETS", "KINDS", "ComponentsConfig", "ComponentsPlan", "ComponentsResult", "plan_components",
+__all__ = ["component_sites", "TARGETS", "KINDS", "ComponentsConfig", "ComponentsPlan", "ComponentsResult", "plan_components",
            "run_components"]

@@ -400,7 +400,7 @@ declare(Experiment(
                                                                  seeds=[0], configs=["count"]), ablate_prompts=24),
              "test": partial(HeadsConfig, prompts=PromptSettings(L=8, counts=[1, 3, 5], per_count=1, pairs=[["a", "b"]],
                                                                  configs=["count"], seeds=[0]), ablate_prompts=2)},
-    inherits=("model", "template"), uses_model=True, options={"progress": True}, study="where",
+    inherits=("model", "template", "task"), uses_model=True, options={"progress": True}, study="where",
     cli="countlens.llm.heads.cli"))
 
 

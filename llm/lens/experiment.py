@@ -26,6 +26,7 @@ from countlens.core.threads import blas_threads, torch_threads
 from countlens.llm.answers import candidate_token_ids
 from countlens.llm.lens.readout import (
     FirstTokens,
+    answer_rank,
     candidate_kl,
     check_unembedding,
     count_slope,
@@ -91,7 +92,8 @@ class LensConfig(ExperimentConfig):
 class LensResult(Result):
     """Per location (``locations``): ``logit`` and ``tuned``, the test prompts' read-out through each lens
     (:func:`countlens.llm.lens.readout.readout_summary`: ``logprob``, ``rank``, ``top1``, ``expected_corr``,
-    ``expected_mae``, and ``kl``, the mean KL from the model's own answer-start distribution; the tuned lens
+    ``expected_mae``, ``kl``, the mean KL from the model's own answer-start distribution, and ``answer_rank``,
+    the mean rank of the model's own first answer token, :func:`~countlens.llm.lens.readout.answer_rank`; the tuned lens
     adds its ``alpha_rel`` and the validation KL per α, ``val_kl``); ``angles``: per count direction
     (``probe``, ``mean-diff``) and row set (``raw`` unembedding rows, ``folded`` through the final norm)
     :func:`~countlens.llm.lens.readout.direction_cosines` without the per-token cosines, and ``random``, the
@@ -242,7 +244,8 @@ def _run_lens(config: LensConfig, loaded: LoadedModel | None, progress: bool, po
         tuned = read_through(head, tuned_fit.mapped, tokens, n[test])
         for lens, r in (("logit", logit), ("tuned", tuned)):
             entry[lens] = {**readout_summary(r, n[test], tokens),
-                           "kl": float(np.mean(candidate_kl(model_test.first_logits, r.first_logits)))}
+                           "kl": float(np.mean(candidate_kl(model_test.first_logits, r.first_logits))),
+                           "answer_rank": float(np.mean(answer_rank(model_test.first_logits, r.first_logits)))}
             lens_rows.extend({"location": names[i], "location_index": i, "lens": lens, "row": int(rows[t]),
                               "n": int(n[t]), "logprob": float(r.logprob[j]), "rank": int(r.rank[j]),
                               "expected": None if not np.isfinite(r.expected[j]) else float(r.expected[j])}
@@ -295,7 +298,8 @@ declare(Experiment(
     "lens", "Figure 13: lenses at the boundary", LensConfig, run_lens, LensResult, order=210, figure="countlens.llm.lens.figures:draw_lens", plot="countlens.llm.lens.figures:plot_lens",
     view="countlens.llm.lens.figures:lens_view", reads={"acts": "capture", "probes": "probe"},
     presets={"quick": LensConfig, "full": LensConfig, "test": partial(LensConfig, baseline_directions=50)},
-    inherits=("device",), uses_model=True, options={"progress": True}, study="where", cli="countlens.llm.lens.cli"))
+    output=LensResult.FILE, inherits=("device",), uses_model=True, options={"progress": True}, study="where",
+    cli="countlens.llm.lens.cli"))
 
 
 __all__ = ["LENSES", "TUNED_ALPHAS", "LENS_FRACTIONS", "LensConfig", "LensResult", "capture_settings",

@@ -260,6 +260,16 @@ def readout_summary(r: Readout, correct: Sequence[int], tokens: FirstTokens) -> 
             "expected_corr": corr, "expected_mae": _mean(np.abs(r.expected[single] - n[single]))}
 
 
+def answer_rank(model_first_logits: np.ndarray, first_logits: np.ndarray) -> np.ndarray:
+    """Per row (N,) the rank (1 = first) among the distinct first tokens, under ``first_logits`` (N, F), of the
+    model's own answer: the first token the model's own read-out ``model_first_logits`` (N, F) ranks first
+    (ties: the first such column). Where it is not the correct count's, the lens rank of the correct count and
+    this one show where the model's answer takes over."""
+    mine = np.argmax(model_first_logits, axis=1)
+    own = first_logits[np.arange(len(mine)), mine]
+    return (1 + np.sum(first_logits > own[:, None], axis=1)).astype(np.int64)
+
+
 def _mean(x) -> float | None:
     x = np.asarray(x, dtype=np.float64)
     return float(x.mean()) if x.size else None
@@ -397,6 +407,6 @@ def direction_cosines(direction: np.ndarray, rows: np.ndarray, random: np.ndarra
 
 
 __all__ = ["FINAL_NORMS", "HEAD_ARCHITECTURES", "check_unembedding", "OutputHead", "output_head", "FirstTokens",
-           "first_tokens", "Readout", "first_token_readout", "read_through", "first_logits", "candidate_kl", "readout_summary",
+           "first_tokens", "Readout", "first_token_readout", "answer_rank", "read_through", "first_logits", "candidate_kl", "readout_summary",
            "RidgeMap", "TunedFit", "fit_tuned_lens", "count_slope", "random_directions", "abs_cosines",
            "random_baseline", "direction_cosines"]

@@ -6,13 +6,26 @@
   :data:`ACCURACY` of held-out prompts of every count;
 - ``dead heads``: head ablation (Figure 12, :func:`countlens.llm.heads.experiment.run_heads`) of a head whose
   output projection is zero changes the answer's logit difference (mean + std over the ablated prompts) by at
-  most :data:`ZERO` of the largest clean ``|LD|``: by construction it changes nothing, and what is measured is
-  float32 rounding — the ablation passes batch the heads of a block together, a batch of another shape than
-  the clean pass's, which moves an LD of a few nats by ~1e-6 nats;
+  most :data:`DEAD` nats, absolute. By construction it changes nothing; the check runs Figure 12 on a float64
+  copy of the organism (:func:`exact_copy`), because in float32 the ablation passes — which batch a block's
+  heads together, a batch of another shape than the clean pass's — move an LD of a few nats by float32
+  rounding (~1e-6 nats, the size of the bound). In float64 that rounding is ~1e-15 relative, and what is
+  left is the candidates' log-softmax, which countlens takes in float32 of (now equal) logits;
 - ``dead heads alike``: every zeroed head's ablation gives bit-identical LD changes (one distinct mean and
-  std among them), so that rounding is the measurement's, not any head's;
-- ``live heads first``: the heads whose ablation moves the logit difference most (mean ``|ld_change|``) are
-  exactly the live ones;
+  std among them), so any rounding is the measurement's, not any head's;
+- ``item-reading head ablated``: the item-reading head — the live head with the most attention from the
+  boundary to the target items (Figure 12's ``boundary_target_mean``) — removed (its slice of the output
+  projection zeroed, so it writes nothing at any position) leaves countlens's greedy answers right on at most
+  :data:`CHANCE_FACTOR` times chance (``1 / (L + 1)``: one prompt per count, pair and wording). Why that bound:
+  with the only head that reads the items removed, nothing that depends on which items are targets reaches
+  the boundary (the other live heads read what it wrote; MLPs are position-wise), so every prompt of a
+  wording and pair gets one answer and exactly ``1 / (L + 1)`` of them are right, where the organism's clean
+  answers are right on >= 0.99; twice chance leaves room for a trace of the count that a second live head
+  reads from the tokens themselves. The detail also gives Figure 12's own ablation (the head's boundary
+  output replaced by its mean, :func:`countlens.llm.heads.attention.ablated_scores`): the fraction of prompts
+  whose answer distribution over whole answers (answer tokens and end-of-turn) still ranks the right count
+  first. It is no check: at the boundary alone the ablation can be undone by a later live head reading what
+  the removed one wrote at other positions (on the quick organism, head 1.3 reading 0.1's writes: 0.35);
 - ``DLA dead heads`` / ``DLA live heads first``: direct logit attribution (Figure 14,
   :func:`countlens.llm.components.experiment.run_components`) on n against n − 1 gives a zeroed head a direct
   share of zero (float32 rounding aside: at most :data:`ZERO` of the largest |total|), and ranks the live
@@ -22,6 +35,31 @@
   token the patched answer's first token on at least :data:`PATCHED` of pairs. Only the first token: the last
   location feeds only the boundary's unembedding, and the later answer tokens are decoded at later positions
   that read the (unpatched) prompt, so a two-digit answer's later digits follow the target's items;
+- ``position patching: flipped item before`` / ``boundary before`` / ``boundary after``: Figure 11
+  (:func:`countlens.llm.positions.experiment.run_position_patching`, the last target flipped, the items and
+  the boundary patched at every location, counts whose answers ``n`` and ``n − 1`` are one token each: a later
+  answer token is decoded at a position that reads the prompt itself, so no boundary patch fixes it — the
+  reason the boundary patching check reads only the first token) with ``b0`` the first block holding a live
+  head and ``b1`` the last (``b0 <= l* <= b1`` for the item-reading head's block ``l*``; one-block organisms:
+  all three equal).
+  At every location up to and including ``b0`` (the residual entering block ``b0``) no head has moved
+  anything, so every position's residual is a function of its own token: patching the flipped item's
+  position turns the corrupted run into the clean one (mean normalised LD ``>=`` :data:`KEPT`), and the
+  boundary's residual is the same in both runs (``<=`` :data:`LEAK`). At every location after ``b1`` no head
+  moves anything more, and the boundary's residual alone decides the answer: patching it gives the clean
+  run (``>=`` :data:`KEPT`). So the flipped item's effect sits at the item before the live heads' layers and
+  at the boundary after them; between ``b0`` and ``b1`` the construction does not say where, and no check
+  is made. Both bounds leave float32 rounding (a patched run replays the corrupted one) a margin of 1e-2;
+- ``steering slope``: count-unit steering (Figure 9b, :func:`countlens.llm.steering.experiment.run_steering`,
+  ``units = count``) along the mean-difference direction, at the location after the item-reading head's
+  block (where the probe reads the count), moves the expected count ``Σ k p(k)`` by a least-squares slope
+  within :data:`SLOPE` per unit Δ, over counts and steps that keep ``n + Δ`` inside the counts the organism
+  saw. The counts are those written as one answer token (SmolLM2's tokenizer: 0..9), captured for the
+  check: over every count the candidates are not prefix-free (``"1"`` teacher-forced without end-of-turn
+  takes the mass of ``"12"``), and the expected count would not be one. A step of one unit is as long as one
+  more item moves the boundary on average, so a model that reads the count linearly along that direction
+  moves one count per unit; the band allows the mean-difference direction to be only partly the one the
+  read-out uses, and the expected count's pull towards the middle of the counts;
 - ``probe after the live heads`` / ``probe before the live heads``: ridge probes (Figure 7,
   :func:`countlens.probes.probe.run_probes`) on a capture of held-out prompts read the count at the boundary
   (test rounded accuracy at least :data:`PROBED`) at the first residual location after the first block with a
@@ -47,7 +85,12 @@ from countlens.core.results import Result, result_provenance
 from countlens.llm.models import ModelSpec
 
 ACCURACY = 0.99
-ZERO = 1e-6  # relative to the largest clean |LD| (nats per nat)
+ZERO = 1e-6  # direct logit attribution of a zeroed head: relative to the largest |total| (nats per nat)
+DEAD = 1e-6  # nats, absolute: a zeroed head's ablation, measured on the float64 copy
+CHANCE_FACTOR = 2.0  # the item-reading head ablated: right-first at most this many times chance
+KEPT = 0.99  # position patching: normalised LD the construction fixes at 1
+LEAK = 0.01  # ... and at 0
+SLOPE = (0.5, 1.5)  # steering: expected-count change per unit of count-unit Δ
 PATCHED = 0.95
 PROBED = 0.95
 PROBE_ROWS = 240  # prompts captured for the probe checks (at least)
@@ -86,7 +129,7 @@ class OrganismChecks(Result):
 
 def _check(name: str, value: Any, bound: Any, holds: str, detail: str) -> dict[str, Any]:
     passed = {">=": lambda: value >= bound, "<=": lambda: value <= bound, "<": lambda: value < bound,
-              "==": lambda: value == bound}[holds]()
+              "==": lambda: value == bound, "in": lambda: bound[0] <= value <= bound[1]}[holds]()
     return {"name": name, "value": value, "bound": bound, "holds": holds, "passed": bool(passed), "detail": detail}
 
 
@@ -118,8 +161,19 @@ def answers_check(loaded, organism) -> dict[str, Any]:
     return _check("answers", accuracy, ACCURACY, ">=", f"greedy accuracy on {len(prompts)} held-out prompts")
 
 
-def heads_checks(model: ModelSpec, organism, loaded, seeds: list[int]) -> list[dict[str, Any]]:
-    """``dead heads`` and ``live heads first`` from one run of Figure 12's head ablation."""
+def exact_copy(loaded):
+    """A float64 copy of the loaded organism (:class:`~countlens.llm.models.LoadedModel`), for the checks whose
+    bound is below float32 rounding; the organism itself is left as it is."""
+    import copy
+    import dataclasses
+
+    return dataclasses.replace(loaded, model=copy.deepcopy(loaded.model).double().eval(), dtype="float64")
+
+
+def heads_run(model: ModelSpec, organism, loaded, seeds: list[int]):
+    """Figure 12 (:func:`countlens.llm.heads.experiment.run_heads`) on the float64 copy of the organism
+    (:func:`exact_copy`): counts 1..L, every pair, one wording and seed, up to 16 ablated prompts, one prompt
+    per forward."""
     from countlens.llm.heads.experiment import HeadsConfig, run_heads
     from countlens.llm.prompts import PromptSettings
 
@@ -127,25 +181,121 @@ def heads_checks(model: ModelSpec, organism, loaded, seeds: list[int]) -> list[d
     L = int(config["L"])
     prompts = PromptSettings(L=L, counts=list(range(1, L + 1)), per_count=1, pairs=config["pairs"],
                              configs=config["configs"][:1], seeds=seeds[:1])
-    result = run_heads(HeadsConfig(model=model, prompts=prompts, ablate_prompts=min(16, L * len(config["pairs"]))),
-                       loaded=loaded)
+    # One prompt per forward: no padding, so no fully masked row, which eager attention turns into NaN in
+    # float64 (its softmax runs in float32, where float64's most negative mask value is -inf).
+    return run_heads(HeadsConfig(model=model, prompts=prompts, ablate_prompts=min(16, L * len(config["pairs"])),
+                                 batch_size=1), loaded=exact_copy(loaded))
+
+
+def heads_checks(model: ModelSpec, organism, loaded, seeds: list[int], result=None) -> list[dict[str, Any]]:
+    """``dead heads``, ``dead heads alike`` and ``live heads first`` from one run of Figure 12's head ablation
+    (:func:`heads_run`, or its ``result`` already run)."""
+    result = result if result is not None else heads_run(model, organism, loaded, seeds)
     change = {(r["layer"], r["head"]): (r["ld_change_mean"], r["ld_change_std"]) for r in result.heads}
     live = {tuple(h) for h in organism.live_heads}
     dead = [h for h in change if h not in live]
     worst = max((abs(change[h][0]) + change[h][1] for h in dead), default=0.0)
     ranked = sorted(change, key=lambda h: -abs(change[h][0]))[:len(live)]
-    scale = max([1.0] + [abs(p["ld_clean"]) for p in result.prompts if p["ablated"]])
     ablated = sum(p["ablated"] for p in result.prompts)
     out = []
     if dead:
-        out.append(_check("dead heads", float(worst / scale), ZERO, "<=",
-                          f"largest |LD change| (mean + std) over {len(dead)} zeroed heads and {ablated} ablated "
-                          f"prompts, over the largest clean |LD| ({scale:.3g} nats)"))
+        out.append(_check("dead heads", float(worst), DEAD, "<=",
+                          f"largest |LD change| in nats (mean + std) over {len(dead)} zeroed heads and {ablated} "
+                          "ablated prompts, float64"))
         out.append(_check("dead heads alike", len({change[h] for h in dead}), 1, "==",
                           f"distinct (mean, std) of the LD change among {len(dead)} zeroed heads"))
     out.append(_check("live heads first", sorted(map(list, ranked)), sorted(map(list, live)), "==",
                       f"the {len(live)} heads whose ablation moves the logit difference most"))
     return out
+
+
+def item_reading_head(result, live_heads) -> tuple[int, int]:
+    """The live head (block, head) with the largest mean attention mass from the boundary to the target items
+    in a Figure 12 ``result`` (:class:`~countlens.llm.heads.experiment.HeadsResult`)."""
+    return max((tuple(map(int, h)) for h in live_heads),
+               key=lambda h: result.head(*h)["boundary_target_mean"])
+
+
+def ablation_verdict(removed: float, boundary: float, L: int, head: tuple[int, int], prompts: int
+                     ) -> dict[str, Any]:
+    """``item-reading head ablated`` from its numbers: greedy accuracy with the head removed (``removed``),
+    held to :data:`CHANCE_FACTOR` ``/ (L + 1)``; ``boundary``: Figure 12's boundary-only ablation, right-first
+    fraction (reported, not held to a bound)."""
+    return _check("item-reading head ablated", float(removed), CHANCE_FACTOR / (int(L) + 1), "<=",
+                  f"greedy accuracy with head {head[0]}.{head[1]} removed, {prompts} held-out prompts of counts "
+                  f"0..{L}, chance {1 / (int(L) + 1):.3f}; its boundary output mean-ablated instead (Figure 12): "
+                  f"right count ranked first on {boundary:.3f}")
+
+
+def removed_accuracy(organism, loaded, seeds: list[int], head: tuple[int, int]) -> tuple[float, int]:
+    """Greedy accuracy (:func:`countlens.llm.answers.answer_prompts`) of a copy of the organism whose ``head``
+    (block, head) has its slice of the attention output projection zeroed, on one prompt per count, pair and
+    wording of the first of ``seeds``; and the number of prompts."""
+    import copy
+
+    import torch
+
+    from countlens.llm.answers import answer_prompts
+    from countlens.llm.organisms.train import head_columns
+    from countlens.llm.prompts import PromptSettings, build_prompts
+
+    config = organism.config
+    L = int(config["L"])
+    prompts = build_prompts(loaded.tokenizer, PromptSettings(L=L, counts=list(range(L + 1)), per_count=1,
+                                                             pairs=config["pairs"], configs=config["configs"],
+                                                             seeds=seeds[:1]))
+    model = copy.deepcopy(loaded.model)
+    with torch.inference_mode():
+        model.model.layers[head[0]].self_attn.o_proj.weight[:, head_columns(head[1], organism.head_dim)] = 0.0
+        answers = answer_prompts(model, loaded.tokenizer, prompts, batch_size=32)
+    return float(answers.accuracy([p.n for p in prompts])), len(prompts)
+
+
+def ablated_ranking(organism, loaded, seeds: list[int], head: tuple[int, int], batch_size: int = 8
+                    ) -> tuple[float, float, int]:
+    """(clean, ablated) fraction of prompts whose answer distribution over every count ``0..L`` (all answer
+    tokens and the end-of-turn token teacher-forced) ranks the right count first, the ablated one with ``head`` (block, head) replaced at
+    the boundary by its mean over the prompts (Figure 12's ablation); and the number of prompts: one per count
+    and pair, one wording, the first of ``seeds``."""
+    import torch
+
+    from countlens.llm.answers import candidate_token_ids
+    from countlens.llm.capture.residuals import pad_token_id
+    from countlens.llm.heads.attention import ablated_scores, boundary_scores, head_masses
+    from countlens.llm.heads.experiment import prompt_roles
+    from countlens.llm.hooks import attention_output_site, hook_sites
+    from countlens.llm.prompts import PromptSettings, build_prompts
+
+    config = organism.config
+    L = int(config["L"])
+    settings = PromptSettings(L=L, counts=list(range(L + 1)), per_count=1, pairs=config["pairs"],
+                              configs=config["configs"][:1], seeds=seeds[:1])
+    model, tok = loaded.model, loaded.tokenizer
+    prompts = build_prompts(tok, settings)
+    pad = pad_token_id(tok)
+    site = attention_output_site(model.config.model_type)
+    # Each count's answer tokens and the end-of-turn token (count k: column k), so that no candidate is a prefix
+    # of another ("1" would take the mass of "12") and the ranking is of whole answers, as greedy decoding's.
+    whole = [ids + [int(tok.eos_token_id)] for ids in candidate_token_ids(tok, list(range(L + 1)), settings.template)]
+    candidates = [whole] * len(prompts)
+    n = np.array([p.n for p in prompts])
+    with torch.inference_mode():
+        _, means = head_masses(model, prompts, prompt_roles(prompts, settings), site, pad, batch_size)
+        clean, _ = boundary_scores(model, prompts, candidates, pad, batch_size)  # (P, K)
+        sites = hook_sites([head[0]], organism.n_layers, site)
+        ablated, _ = ablated_scores(model, prompts, candidates, sites, means, organism.n_heads, pad, batch_size)
+    right_clean = float(np.mean(clean.argmax(-1) == n))
+    right_ablated = float(np.mean(ablated[:, 0, head[1]].argmax(-1) == n))  # (P, 1, H, K) -> the head's (P, K)
+    return right_clean, right_ablated, len(prompts)
+
+
+def item_ablation_check(organism, loaded, seeds: list[int], heads) -> dict[str, Any]:
+    """``item-reading head ablated``: :func:`removed_accuracy` (and, reported, :func:`ablated_ranking`) of the
+    item-reading head of the Figure 12 run ``heads`` (:func:`item_reading_head`)."""
+    head = item_reading_head(heads, organism.live_heads)
+    removed, prompts = removed_accuracy(organism, loaded, seeds, head)
+    _, boundary, _ = ablated_ranking(organism, loaded, seeds, head)
+    return ablation_verdict(removed, boundary, int(organism.config["L"]), head, prompts)
 
 
 def components_checks(model: ModelSpec, organism, loaded, seeds: list[int]) -> list[dict[str, Any]]:
@@ -196,6 +346,130 @@ def patching_check(model: ModelSpec, organism, loaded, seeds: list[int], tokeniz
                   f"patched first answer token = the source count's, {len(first)} pairs at the last location")
 
 
+def one_token_counts(tokenizer, L: int, template: str = "chat") -> list[int]:
+    """The counts of ``0..L`` whose answer the tokenizer writes as one token (SmolLM2's: 0..9, numbers are
+    written digit by digit). Among them no answer is a prefix of another, so a distribution over them is one
+    over answers; over every count it is not (``"1"`` teacher-forced without end-of-turn takes the mass of
+    ``"12"``)."""
+    from countlens.llm.answers import candidate_token_ids
+
+    ids = candidate_token_ids(tokenizer, list(range(int(L) + 1)), template)
+    return [n for n, tokens in enumerate(ids) if len(tokens) == 1]
+
+
+def live_blocks(live_heads) -> tuple[int, int]:
+    """(first, last) block holding a live head."""
+    blocks = [int(b) for b, _ in live_heads]
+    return min(blocks), max(blocks)
+
+
+def position_verdicts(result, live_heads, item_block: int | None = None) -> list[dict[str, Any]]:
+    """``position patching: flipped item before`` / ``boundary before`` / ``boundary after`` from a Figure 11
+    ``result`` (:class:`~countlens.llm.positions.experiment.PositionPatchingResult`; its ``summary``: per
+    location the mean normalised LD of each position group): the flipped item's smallest mean at the locations
+    ``<= b0``, the boundary's largest there, and the boundary's smallest at the locations ``> b1`` (``b0``,
+    ``b1``: the first and last block holding a live head; location ``i`` is the residual after ``i`` blocks).
+    A location group with no normalised pair counts as 0 (the flipped item) or 1 (the boundary before): a
+    check cannot pass on missing numbers."""
+    b0, b1 = live_blocks(live_heads)
+    before = [r for r in result.summary if int(r["index"]) <= b0]
+    after = [r for r in result.summary if int(r["index"]) > b1]
+    flipped = min((0.0 if r["flipped"] is None else float(r["flipped"]) for r in before), default=0.0)
+    leak = max((1.0 if r["boundary"] is None else float(r["boundary"]) for r in before), default=1.0)
+    moved = min((0.0 if r["boundary"] is None else float(r["boundary"]) for r in after), default=0.0)
+    pairs = sum(p.normalised for p in result.pairs)
+    where = (f"{pairs} normalised pairs (last target flipped); first/last live block {b0}/{b1}"
+             + ("" if item_block is None else f", item-reading head's block {item_block}"))
+
+    def names(rows):
+        return ", ".join(r["name"] for r in rows) or "none"
+    return [_check("position patching: flipped item before", flipped, KEPT, ">=",
+                   f"smallest mean normalised LD at the flipped item at {names(before)}; {where}"),
+            _check("position patching: boundary before", leak, LEAK, "<=",
+                   f"largest mean normalised LD at the boundary at {names(before)}; {where}"),
+            _check("position patching: boundary after", moved, KEPT, ">=",
+                   f"smallest mean normalised LD at the boundary at {names(after)}; {where}")]
+
+
+def position_checks(model: ModelSpec, organism, loaded, seeds: list[int], item_block: int | None = None
+                    ) -> list[dict[str, Any]]:
+    """The position-patching checks (:func:`position_verdicts`) from one run of Figure 11: up to three counts
+    spread over those of ``1..L`` whose answers ``n`` and ``n − 1`` are one token each
+    (:func:`one_token_counts`), with the first pair, wording and seed, the last target flipped, the items and
+    the boundary patched at every location. One token: a later answer token is decoded at a position after the
+    boundary that reads the prompt itself, so the boundary alone does not fix its log-probability."""
+    from countlens.llm.positions.experiment import PositionPatchingConfig, run_position_patching
+    from countlens.llm.prompts import PromptSettings
+
+    config = organism.config
+    L = int(config["L"])
+    usable = [n for n in one_token_counts(loaded.tokenizer, L) if n >= 1 and n - 1 in one_token_counts(loaded.tokenizer, L)]
+    counts = sorted({usable[i] for i in np.linspace(0, len(usable) - 1, 3).round().astype(int)})
+    prompts = PromptSettings(L=L, counts=counts, per_count=1, pairs=config["pairs"][:1], configs=config["configs"][:1],
+                             seeds=seeds[:1])
+    result = run_position_patching(PositionPatchingConfig(model=model, prompts=prompts, flip="last",
+                                                          positions="items"), loaded=loaded)
+    return position_verdicts(result, organism.live_heads, item_block)
+
+
+def steering_slope(result) -> float:
+    """Least-squares slope of the mean expected-count change on Δ along ``mean-diff`` in a Figure 9b
+    ``result`` (:class:`~countlens.llm.steering.experiment.SteeringResult`), counts per unit Δ; NaN with
+    fewer than two finite points."""
+    points = [(c["delta"], c["mean_expected_shift"]) for c in result.curves.get("mean-diff", [])
+              if c["mean_expected_shift"] is not None and np.isfinite(c["mean_expected_shift"])]
+    if len({d for d, _ in points}) < 2:
+        return float("nan")
+    x, y = np.array(points, dtype=np.float64).T
+    return float(np.polyfit(x, y, 1)[0])
+
+
+def steering_verdict(result) -> dict[str, Any]:
+    """``steering slope`` of a Figure 9b ``result``: :func:`steering_slope` within :data:`SLOPE` (NaN fails)."""
+    slope = steering_slope(result)
+    deltas = [c["delta"] for c in result.curves.get("mean-diff", [])]
+    return _check("steering slope", slope, list(SLOPE), "in",
+                   f"expected count per unit delta along the mean difference at {result.location}, count units, "
+                   f"deltas {', '.join(f'{d:g}' for d in deltas)}, counts {', '.join(map(str, result.config['counts']))}")
+
+
+def steering_window(L: int) -> tuple[list[float], list[int]]:
+    """The steps Δ (integers in ``[-D, D]``, ``D = max(1, L // 4)``) and the counts (spread over ``[D, L − D]``)
+    of the steering check, so that ``n + Δ`` stays inside ``0..L`` (``L = 1``: count 0 and Δ = 0, 1)."""
+    if int(L) < 2:
+        return [0.0, 1.0], [0]
+    D = max(1, int(L) // 4)
+    deltas = (np.unique(np.linspace(-D, D, 5).round()) + 0.0).tolist()  # + 0.0: no -0.0
+    counts = np.unique(np.linspace(D, max(D, int(L) - D), 4).round().astype(int)).tolist()
+    return deltas, counts
+
+
+def steering_check(model: ModelSpec, organism, loaded, seeds: list[int], item_block: int, work: Path
+                   ) -> dict[str, Any]:
+    """``steering slope`` from one run of Figure 9b (:func:`steering_verdict`) on a capture (into ``work``) of
+    the counts the organism saw that are one answer token (:func:`one_token_counts`: the expected count is
+    then over a distribution of whole answers), every pair and wording, two held-out seeds; steered at the
+    location after the item-reading head's block ``item_block`` (where the probe reads the count), over the
+    steps and counts of :func:`steering_window`."""
+    from countlens.core.locations import location_names
+    from countlens.llm.capture.experiment import CaptureConfig, run_capture
+    from countlens.llm.prompts import PromptSettings
+    from countlens.llm.steering.experiment import SteeringConfig, run_steering
+
+    config = organism.config
+    L = int(config["L"])
+    counts = one_token_counts(loaded.tokenizer, L)
+    top = max(counts)
+    prompts = PromptSettings(L=L, counts=counts, per_count=1, pairs=config["pairs"], configs=config["configs"],
+                             seeds=seeds[:2])
+    run_capture(CaptureConfig(model=model, prompts=prompts), work / "steer-acts", loaded=loaded, progress=False)
+    deltas, steered = steering_window(top)
+    location = location_names(organism.n_layers)[int(item_block) + 1]
+    result = run_steering(SteeringConfig(acts=str(work / "steer-acts"), location=location, directions=["mean-diff"],
+                                         units="count", deltas=deltas, counts=steered, max_prompts=8), loaded=loaded)
+    return steering_verdict(result)
+
+
 def probe_checks(model: ModelSpec, organism, loaded, work: Path) -> list[dict[str, Any]]:
     """``probe after the live heads`` and ``probe before the live heads`` from one capture (into ``work``) and
     one ridge probe per location."""
@@ -235,11 +509,17 @@ def check_organism(folder: str | Path, work: str | Path | None = None, progress:
     seeds = [HELD_OUT_SEED + j for j in range(int(organism.config["held_out_seeds"]))]
     model = ModelSpec(model=str(folder))
     loaded = model.load(progress)
-    checks = [answers_check(loaded, organism), *heads_checks(model, organism, loaded, seeds),
+    heads = heads_run(model, organism, loaded, seeds)
+    item = item_reading_head(heads, organism.live_heads)
+    checks = [answers_check(loaded, organism), *heads_checks(model, organism, loaded, seeds, heads),
+              item_ablation_check(organism, loaded, seeds, heads),
               *components_checks(model, organism, loaded, seeds),
-              patching_check(model, organism, loaded, seeds, loaded.tokenizer)]
+              patching_check(model, organism, loaded, seeds, loaded.tokenizer),
+              *position_checks(model, organism, loaded, seeds, item[0])]
     with tempfile.TemporaryDirectory(prefix="countlens-organism-") as tmp:
-        checks += probe_checks(model, organism, loaded, Path(work) if work is not None else Path(tmp))
+        place = Path(work) if work is not None else Path(tmp)
+        checks += probe_checks(model, organism, loaded, place)
+        checks.append(steering_check(model, organism, loaded, seeds, item[0], place))
     return OrganismChecks(str(folder), organism.live_heads, checks, result_provenance({"folder": str(folder),
                                                                                           "seeds": seeds}))
 
@@ -262,5 +542,9 @@ declare(Experiment(
     presets={p: OrganismChecksConfig for p in ("quick", "full", "test")}))
 
 
-__all__ = ["OrganismChecksConfig", "run_checks", "ACCURACY", "ZERO", "PATCHED", "OrganismChecks", "spread_pairs", "answers_check", "heads_checks",
-           "components_checks", "patching_check", "probe_checks", "check_organism", "checks_text"]
+__all__ = ["OrganismChecksConfig", "run_checks", "ACCURACY", "ZERO", "DEAD", "CHANCE_FACTOR", "KEPT", "LEAK", "SLOPE",
+           "PATCHED", "PROBED", "OrganismChecks", "spread_pairs", "answers_check", "exact_copy", "heads_run",
+           "heads_checks", "item_reading_head", "ablation_verdict", "removed_accuracy", "ablated_ranking", "item_ablation_check",
+           "components_checks", "patching_check", "live_blocks", "position_verdicts", "position_checks",
+           "one_token_counts", "steering_slope", "steering_verdict", "steering_window", "steering_check", "probe_checks",
+           "check_organism", "checks_text"]

@@ -28,12 +28,29 @@ Attention-only organisms keep Llama's MLPs with one hidden unit and every MLP we
 
 CHECK_DESCRIPTION = """\
 Run countlens's experiments on a trained organism (on its held-out prompts) and check each against what the
-construction guarantees: greedy accuracy >= 0.99; ablating a zeroed head changes the logit difference by at
-most 1e-6 of the largest clean logit difference (float32 rounding), the same for every zeroed head; the heads whose ablation matters most are exactly the live ones; patching the boundary's last
-residual with a source prompt's makes the source count's first answer token the answer's first token on
->= 95 % of pairs; a ridge probe reads the count at the boundary (test rounded accuracy >= 0.95) right after
-the first block with a live head, and not before it. Prints one PASS/FAIL line per check; exit 1 when any
-fails.
+construction guarantees: greedy accuracy >= 0.99; ablating a zeroed head (Figure 12, on a float64 copy)
+changes the logit difference by at most 1e-6 nats, the same for every zeroed head; the heads whose ablation
+matters most are exactly the live ones; removing the item-reading head (the live head attending most from the
+boundary to the targets) leaves greedy accuracy at most twice chance; direct logit attribution gives zeroed
+heads nothing and ranks the live ones first; patching the boundary's last residual with a source prompt's
+makes the source count's first answer token the answer's first token on >= 95 % of pairs; position patching
+(Figure 11) finds the flipped item's effect at the item before the first live block (>= 0.99) and not yet at
+the boundary (<= 0.01), and at the boundary after the last live block (>= 0.99); a ridge probe reads the count
+at the boundary (test rounded accuracy >= 0.95) right after the first block with a live head, and not before
+it; count-unit steering along the mean difference moves the expected count by 0.5 to 1.5 per unit. Prints one
+PASS/FAIL line per check; exit 1 when any fails.
+"""
+
+
+SCALING_DESCRIPTION = """\
+The toy theory on a real architecture: organisms as close to the toy as Llama allows (one block, one head,
+attention-only; Llama's pre-norm RMSNorm with a learned gain, the toy's softmax-preln-learned placement),
+counting one target among one distractor in one wording as the toy does, trained at each L and seed (each resumable in OUT/L{L}-seed{s}, reused from the countlens cache). For each:
+Figure 5's gap and effective-rank ratios, Figure 6's PCA and the endpoint angle at the boundary after the
+block, the smallest norm of a ridge probe that rounds exactly, and the organism's largest parameter-vector
+norm; beside the toy variant's B_min(L) and, with --llm-acts, an LLM capture. Fits the norm-scaling rate as a
+log-log slope per seed (mean and spread) next to the toy's and the paper's. Writes organism_scaling.json,
+organism_scaling.csv and organism_scaling.png into OUT.
 """
 
 
@@ -81,6 +98,24 @@ def register(subparsers) -> None:
     add_common_options(ch, "quiet")
     add_common_options(ch, "threads", threads=2)
     ch.set_defaults(func=cmd_check)
+    sc = sub.add_parser("scaling", help="toy <-> organism <-> LLM: one-head organisms trained at several L",
+                        description=SCALING_DESCRIPTION, formatter_class=HelpFormatter)
+    sc.add_argument("--out", required=True, help="folder for the organisms (one per L and seed, resumable), "
+                                                 "organism_scaling.json / .csv and the figure")
+    sc.add_argument("--preset", choices=("quick", "full", "test"), default="quick",
+                    help="sizes: quick (L = 10, 30; two seeds), full (L = 10, 30, 100; three seeds), test (tiny)")
+    sc.add_argument("--Ls", dest="Ls", default=None, help="lengths L to train at, like 10,30 (default: the preset's)")
+    sc.add_argument("--seeds", default=None, help="seeds per L, like 0,1 (default: the preset's)")
+    sc.add_argument("--width", type=int, default=None, help="residual width (default: the preset's)")
+    sc.add_argument("--max-steps", dest="max_steps", type=int, default=None,
+                    help="most training steps per organism (default: the preset's; a rerun may raise it)")
+    sc.add_argument("--llm-acts", dest="llm_acts", default=None,
+                    help="an existing capture folder for the LLM column (default: none)")
+    sc.add_argument("--llm-location", dest="llm_location", default=None,
+                    help="the LLM capture's location, a name or index (default: its last)")
+    add_common_options(sc, "quiet")
+    add_common_options(sc, "threads", threads=2)
+    sc.set_defaults(func=cmd_scaling)
 
 
 def train_config(args):
@@ -137,4 +172,47 @@ def cmd_check(args) -> int:
     return 0
 
 
-__all__ = ["DESCRIPTION", "CHECK_DESCRIPTION", "register", "train_config", "cmd_train", "cmd_check"]
+def scaling_config(args):
+    """The :class:`~countlens.llm.organisms.scaling.ScalingConfig` of a ``scaling`` command line: the preset's,
+    with the options given."""
+    import dataclasses
+
+    from countlens.core.args import parse_int_list
+    from countlens.llm.organisms.scaling import PRESETS
+
+    given = {"Ls": parse_int_list(args.Ls, "Ls") if args.Ls is not None else None,
+             "seeds": parse_int_list(args.seeds, "seeds") if args.seeds is not None else None,
+             "width": args.width, "max_steps": args.max_steps, "llm_acts": args.llm_acts,
+             "llm_location": args.llm_location}
+    return dataclasses.replace(PRESETS[args.preset], **{k: v for k, v in given.items() if v is not None})
+
+
+def cmd_scaling(args) -> int:
+    from countlens.core.threads import torch_threads
+    from countlens.llm.models import quiet_transformers
+    from countlens.llm.organisms.figures import draw_scaling
+    from countlens.llm.organisms.scaling import run_scaling
+
+    quiet_transformers()
+    config = scaling_config(args)
+    with torch_threads(AtLeast(1)(args.threads, "threads")):
+        result = run_scaling(config, out=args.out, progress=not args.quiet)
+    result.save(args.out)
+    draw_scaling(result, args.out)
+    rate = result.rates["organism_norm"]
+
+    def num(x):
+        return "n/a" if x is None else f"{x:.3f}"
+    unconverged = [r["label"] for r in result.organisms() if not r["converged"]]
+    print(f"organism scaling: {len(result.organisms())} organisms ({result.norm_placement.split(':')[0]}); "
+          f"log-log slope of B {num(rate['mean'])} +- {num(rate['std'])} over seeds, toy {result.toy_variant} "
+          f"{num(result.rates['toy'])}, paper {result.rates['paper_text']}; {result.seconds:.0f} s -> {args.out}")
+    if unconverged:
+        print(f"organism scaling: not converged (rerun with a larger --max-steps to continue): "
+              f"{', '.join(unconverged)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+__all__ = ["DESCRIPTION", "CHECK_DESCRIPTION", "SCALING_DESCRIPTION", "register", "train_config", "cmd_train",
+           "cmd_check", "scaling_config", "cmd_scaling"]

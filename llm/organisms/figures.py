@@ -6,12 +6,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import matplotlib.pyplot as plt
+import numpy as np
 
 from countlens.core.io import save_figure
 from countlens.core.report import Page, Section, table
 
 if TYPE_CHECKING:
     from countlens.llm.organisms.experiment import OrganismResult
+    from countlens.llm.organisms.scaling import ScalingResult
 
 
 def plot_organism(result: OrganismResult):
@@ -73,4 +75,105 @@ def checks_view(page: Page, s: Section) -> None:
     page.add(table(["check", "value", "must be", "bound", "passed", "on"], rows))
 
 
-__all__ = ["plot_organism", "draw_organism", "organism_view", "checks_view"]
+def plot_scaling(result: ScalingResult):
+    """Toy ↔ organism ↔ LLM. Left: norms against L (log-log) — each organism's largest parameter-vector norm
+    (its B; a cross where it stayed below its target accuracy) and its exact-rounding probe norm per seed, the toy variant's B_min, the LLM's probe norm at its
+    largest count; middle: Figure 5's gap and effective-rank ratios against L (organisms per seed, the LLM as
+    a point); right: Figure 6's PCA of the count centroids of the largest-L organism of the first seed and of
+    the LLM (each scaled to its largest |coordinate|)."""
+    fig, (a, b, c) = plt.subplots(1, 3, figsize=(14, 4))
+    organisms = result.organisms()
+    seeds = sorted({r["seed"] for r in organisms})
+    for i, seed in enumerate(seeds):
+        mine = sorted((r for r in organisms if r["seed"] == seed), key=lambda r: r["L"])
+        Ls = [r["L"] for r in mine]
+        a.plot(Ls, [r["largest_parameter_norm"] for r in mine], "o-", color="tab:blue", alpha=0.8,
+               label="organism B" if i == 0 else None)
+        a.plot(Ls, [r["probe_norm"] if r["probe_norm"] is not None else float("nan") for r in mine], "s--",
+               color="tab:green", alpha=0.8, label="organism probe norm (exact)" if i == 0 else None)
+        missed = [r for r in mine if not r["converged"]]
+        a.plot([r["L"] for r in missed], [r["largest_parameter_norm"] for r in missed], "x", color="tab:red", ms=10,
+               label="below target accuracy (not fitted)" if missed and not any(
+                   not r["converged"] for r in organisms if r["seed"] in seeds[:i]) else None)
+        b.plot(Ls, [r["gap_ratio"] for r in mine], "o-", color="tab:purple", alpha=0.8,
+               label="organism gap ratio" if i == 0 else None)
+        b.plot(Ls, [r["erank_ratio"] for r in mine], "s--", color="tab:red", alpha=0.8,
+               label="organism effective-rank ratio" if i == 0 else None)
+    toy = sorted((r for r in result.rows if r["kind"] == "toy"), key=lambda r: r["L"])
+    a.plot([r["L"] for r in toy], [r["largest_parameter_norm"] for r in toy], "k^-", label=f"toy {result.toy_variant} B_min")
+    llm = [r for r in result.rows if r["kind"] == "llm"]
+    for r in llm:
+        if r["probe_norm"] is not None:
+            a.plot([r["L"]], [r["probe_norm"]], "D", color="tab:orange", label="LLM probe norm (exact)")
+        b.plot([r["L"]], [r["gap_ratio"]], "D", color="tab:orange", label="LLM gap ratio")
+        b.plot([r["L"]], [r["erank_ratio"]], "d", color="tab:brown", label="LLM effective-rank ratio")
+    a.set_xscale("log")
+    a.set_yscale("log")
+    a.set_xlabel("L (largest count)")
+    a.set_ylabel("norm")
+    rate = result.rates["organism_norm"]
+    a.set_title(f"B slope {_num(rate['mean'])} ± {_num(rate['std'])}; toy {_num(result.rates['toy'])}; "
+                f"paper {result.rates['paper_text']}", fontsize=9)
+    a.legend(fontsize=7)
+    b.axhline(1.0, color="k", lw=0.6, ls=":")
+    b.set_xscale("log")
+    b.set_xlabel("L (largest count)")
+    b.set_ylabel("ratio (high window / low window)")
+    b.legend(fontsize=7)
+    largest = max((r["L"] for r in organisms), default=None)
+    shown = [p for p in result.pca if p["kind"] == "organism" and p["label"].startswith(f"organism L={largest} ")][:1] \
+        + [p for p in result.pca if p["kind"] == "llm"]
+    for p, marker in zip(shown, ("o", "D"), strict=False):
+        xy = np.asarray(p["coords"], dtype=np.float64)
+        scale = np.abs(xy).max() or 1.0
+        points = c.scatter(xy[:, 0] / scale, xy[:, 1] / scale, c=p["counts"], cmap="viridis", marker=marker, s=18,
+                           label=p["label"])
+    if shown:
+        fig.colorbar(points, ax=c, label="count n")
+        c.legend(fontsize=7)
+    c.set_xlabel("PC1 (scaled)")
+    c.set_ylabel("PC2 (scaled)")
+    fig.suptitle(f"toy ↔ organism ↔ LLM ({result.norm_placement.split(':')[0]})")
+    fig.tight_layout()
+    return fig
+
+
+def _num(x) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
+def draw_scaling(result: ScalingResult, folder: str | Path) -> list[Path]:
+    """``organism_scaling.png`` / ``.pdf`` in ``folder``."""
+    return save_figure(plot_scaling(result), Path(folder) / "organism_scaling")
+
+
+def scaling_view(page: Page, s: Section) -> None:
+    """The toy ↔ organism ↔ LLM table and rates; ``s.result`` is the :class:`ScalingResult`."""
+    rel = s.rel
+    page.caption(
+        "Organisms as close to the toy as a stock architecture allows: one block of one attention head, no MLP, "
+        "Llama's norm placement (" + page.v(rel, "norm_placement") + "), trained at each L and seed. Beside them "
+        "the toy variant with the same placement (" + page.v(rel, "toy_variant") + "), its smallest per-vector "
+        "norm that counts exactly, and, where a capture is given, an LLM. Geometry is at the boundary after the "
+        "block; the probe norm is the smallest native norm on a ridge path whose probe rounds every validation "
+        "row right. An organism's norm counts every parameter vector, its untrained token embeddings and norm "
+        "gains too, and training finds a solution, not the cheapest: the toy's value is a floor.")
+    keys = ["kind", "L", "seed", "converged", "held_out_accuracy", "largest_parameter_norm", "probe_norm",
+            "gap_ratio", "erank_ratio", "endpoint_angle"]
+    header = ["source", "L", "seed", "converged", "held-out accuracy", "largest parameter norm (B)",
+              "probe norm (exact)", "gap ratio", "effective-rank ratio", "endpoint angle (rad)"]
+
+    def cell(*keys) -> str:  # a value span, or a dash where the value is absent or null
+        return page.v(rel, *keys) if page.get(rel, *keys) is not None else "—"
+    rows = [[cell("rows", i, k) for k in keys] for i in range(len(s.result.rows))]
+    page.add(table(header, rows, left=1))
+    page.add(table(["rate (log-log slope against L)", "mean over seeds", "std over seeds"],
+                   [["organism B", cell("rates", "organism_norm", "mean"), cell("rates", "organism_norm", "std")],
+                    ["organism probe norm", cell("rates", "organism_probe_norm", "mean"),
+                     cell("rates", "organism_probe_norm", "std")],
+                    ["toy B_min", cell("rates", "toy"), "—"],
+                    ["paper's claimed rate", cell("rates", "paper_text"), "—"]], left=1))
+
+
+__all__ = ["plot_organism", "draw_organism", "organism_view", "checks_view", "plot_scaling", "draw_scaling",
+           "scaling_view"]

@@ -279,6 +279,38 @@ def scored_answers(model, tokenizer, prompts, counts: Sequence[int], template: s
                          scores)
 
 
+def patched_prompt_logprobs(model, ids, candidates, cells: Sequence[Sequence[Setter]],
+                            batch_size: int = 16) -> np.ndarray:
+    """log p(candidate) (len(cells), K) float64 of one unpadded prompt ``ids`` (T,) run once per cell under that
+    cell's setters (each written into its own batch row: a setter's ``rows`` is set to the cell's row, so a
+    setter for "every row" — value (w,) or (1, T, w) with ``positions=None`` — is one cell's), the candidates
+    (K token lists) teacher-forced after the prompt from its cache with no setter active: a whole prompt pass per
+    cell, ``batch_size`` cells per forward (the reference runner; :class:`PositionPatcher` is the fast one for
+    one position per cell). A cell with no setter is the unpatched run."""
+    import dataclasses
+
+    import torch
+
+    from countlens.llm.answers import _forward
+
+    device = model.get_input_embeddings().weight.device
+    ids = torch.as_tensor(list(ids), device=device)[None]  # (1, T)
+    T = ids.shape[1]
+    out = np.zeros((len(cells), len(candidates)), dtype=np.float64)
+    for start in range(0, len(cells), int(batch_size)):
+        mine = list(range(start, min(start + int(batch_size), len(cells))))
+        rows = len(mine)
+        batch = ids.expand(rows, -1)
+        mask = torch.ones_like(batch)
+        positions = torch.arange(T, device=device)[None].expand(rows, -1)
+        setters = [dataclasses.replace(s, rows=[r]) for r, c in enumerate(mine) for s in cells[c]]
+        with Patch(model, setters):
+            logits, cache = _forward(model, batch, mask, positions, last_only=True)
+        last = torch.full((rows, 1), T - 1, device=device)
+        out[mine] = score_candidates(model, logits, cache, mask, last, [list(c) for c in candidates])
+    return out
+
+
 # ------------------------------------------------------------------------------------------- metrics
 #
 # What a patched run is scored by: functions of its candidates' teacher-forced log-probabilities (K candidate
@@ -483,6 +515,63 @@ class PositionPatcher:
             out[mine] = run(location, [positions[j] for j in mine], head)
             self.runs += len(mine)
         return out
+
+    def first_change(self, location: int, head: int | None = None) -> int | None:
+        """The first position whose clean and corrupted values at site ``location`` differ (``head``: in that head's
+        slice), or ``None`` where none does."""
+        import torch
+
+        a, b = self._value(0, location, slice(None), head), self._value(1, location, slice(None), head)  # (T, w)
+        differ = torch.nonzero((a != b).any(dim=-1)).flatten()
+        return int(differ[0]) if len(differ) else None
+
+    def logprobs_every_position(self, location: int, heads: Sequence[int | None] = (None,)) -> np.ndarray:
+        """(len(heads), K) log-probabilities of the candidates after patching every position at site ``location``
+        at once — the whole vector (``None``) or one head's slice per row of ``heads``. Positions before the first
+        that differs (:meth:`first_change`) hold equal values, so the cached method patches from there on only,
+        from the corrupted run's cache below it (the naive one runs the whole prompt); with no position that
+        differs the rows are the corrupted run."""
+        heads = list(heads)
+        if any(h is None for h in heads) and any(h is not None for h in heads):
+            raise ValueError("heads must be all None (the whole vector) or all head indices")
+        if any(h is not None for h in heads) and (self.site == "resid" or self.head_dim is None):
+            raise ValueError("patching one head needs a per-head site and its head_dim")
+        starts = [self.first_change(location, h) for h in heads]
+        out = np.tile(self.corrupt, (len(heads), 1))
+        todo = [j for j, start in enumerate(starts) if start is not None]
+        if not todo:
+            return out
+        start = 0 if self.method == "naive" else min(starts[j] for j in todo)
+        for mine in self._batches(todo):
+            out[mine] = self._from(location, start, [heads[j] for j in mine])
+            self.runs += len(mine)
+        return out
+
+    def _from(self, location: int, start: int, heads: list[int | None]) -> np.ndarray:
+        """Rows patched at every position from ``start`` on (``heads``: one per row, or ``None`` each)."""
+        import torch
+
+        from countlens.llm.answers import _forward
+
+        rows = len(heads)
+        ids = self.ids[1:2, start:].expand(rows, -1)  # the corrupted tokens from ``start`` on
+        mask = torch.ones((rows, self.T), dtype=ids.dtype, device=ids.device)
+        pos_ids = torch.arange(start, self.T, device=ids.device)[None].expand(rows, -1)
+        whole = heads[0] is None
+        value = torch.stack([self._value(0, location, slice(start, None), h) for h in heads])  # (rows, T', w)
+        kw = {} if whole else {"head": heads, "width": self.head_dim}
+        patch = Patch(self.model, [Setter(self.sites[location], value, **kw)])
+        if start == 0:
+            with patch:
+                logits, cache = _forward(self.model, ids, torch.ones_like(ids), pos_ids, last_only=True)
+            return self._score(logits, cache, rows)
+        cache = _prefix_cache(self.cache, 1, start, rows)
+        kept = self.resid[1, 1:, start:]
+        keys = [layer.keys[1, :, start:] for layer in self.cache.layers]
+        values = [layer.values[1, :, start:] for layer in self.cache.layers]
+        with _replayed(self.blocks, replayed_blocks(self.sites[location]), cache, kept, keys, values, rows), patch:
+            logits, cache = _forward(self.model, ids, mask, pos_ids, cache, last_only=True)
+        return self._score(logits, cache, rows)
 
     def _batches(self, todo: list[int]):
         """Consecutive runs of ``todo`` (sorted by position), ``batch_size`` each: a cached batch runs every row

@@ -339,7 +339,7 @@ declare(Experiment(
                                                    pairs=[list(p) for p in DEFAULT_PAIRS],
                                                    configs=PromptSettings().configs, seeds=[0, 1, 2]),
              "test": PatchingConfig().with_options(L=16, sources=[9, 3], targets=[3, 9], answer_tokens=3)},
-    inherits=("model", "template"), uses_model=True, options={"progress": True}, study="patching",
+    inherits=("model", "template", "task"), uses_model=True, options={"progress": True}, study="patching",
     cli="countlens.llm.patching.cli"))
 
 

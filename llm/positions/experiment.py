@@ -51,11 +51,10 @@ from countlens.llm.patching.edits import PATCH_METHODS, PositionPatcher, logit_d
 from countlens.llm.prompts import (
     Prompt,
     PromptSettings,
-    arrangement,
     build_prompts,
-    instruction_parts,
     render,
 )
+from countlens.llm.tasks import encode, span_tokens
 
 FLIPS = ("first", "middle", "last")
 POSITION_SETS = ("all", "items")
@@ -103,11 +102,17 @@ class PositionPatchingConfig(ExperimentConfig):
         """Raise :class:`ConfigError` naming the field of a config that cannot run (reads no file); runs when
         the config is built."""
         check_fields(self, self.FIELDS, assign=True)
-        self.prompts.require_twins("patching over positions")
-        if min(int(c) for c in self.prompts.counts) < 1:
-            raise ConfigError("counts", "{counts} must be >= 1 for patching over positions: a prompt with no "
-                                        "target has no target to turn into the distractor, so no corrupted twin")
+        check_twin_prompts(self.prompts, "patching over positions")
         return self
+
+
+def check_twin_prompts(prompts: PromptSettings, what: str) -> None:
+    """``ConfigError`` where the prompts of ``prompts`` cannot each have a corrupted twin, which ``what`` (an
+    analysis) needs: a task without twins, or a count below one (no target to turn into the distractor)."""
+    prompts.require_twins(what)
+    if min(int(c) for c in prompts.counts) < 1:
+        raise ConfigError("counts", f"{{counts}} must be >= 1 for {literal(what)}: a prompt with no target has no "
+                                    "target to turn into the distractor, so no corrupted twin")
 
 
 @dataclass
@@ -141,32 +146,43 @@ def flipped_item(items: np.ndarray, flip: str) -> int:
 
 
 def corrupted_twin(tokenizer, prompt: Prompt, k: int, settings: PromptSettings, flip: str) -> PromptPair:
-    """``prompt`` (the ``k``-th of its count in its group) and its twin with the ``flip`` target turned into the
-    distractor, rendered and tokenized as the prompt was; ``ConfigError("pairs")`` when the twin's tokens differ
-    anywhere else (the pair's items do not tokenize the same in every neighbourhood)."""
-    items = arrangement(prompt.seed, prompt.n, k, settings.L)
-    if len(items) != prompt.n + prompt.m:
+    """``prompt`` (the ``k``-th of its count in its group) and its twin with the ``flip`` target no longer counted
+    (its task's :meth:`~countlens.llm.tasks.Task.twin`: for ``lists`` the target turned into the distractor),
+    rendered and tokenized as the prompt was; the first candidate twin whose tokens differ only inside the
+    turned item is kept. ``ConfigError`` (``pairs`` for ``lists``, else ``task``) when every candidate changes
+    the prompt's other tokens or its length."""
+    task = settings.counting_task()
+    clean, j, candidates = task.twin(prompt.config, prompt.pair, prompt.n, k, prompt.seed, settings, flip)
+    if len(clean.targets) != prompt.n + prompt.m:
         raise RuntimeError("the prompt's items do not match its arrangement")
-    j = flipped_item(items, flip)
-    turned = items.copy()
-    turned[j] = 0
-    pair = prompt.pair.split("/")
-    instruction, _ = instruction_parts(prompt.config, pair, turned)
-    text, special, _ = render(tokenizer, instruction, settings.template)
-    ids = list(tokenizer(text, add_special_tokens=special)["input_ids"])
-    position = prompt.first_item_index + j
-    differ = None
-    if len(ids) == prompt.n_tokens:
-        differ = [i for i, (a, b) in enumerate(zip(prompt.ids, ids, strict=True)) if a != b]
-    if differ != [position]:
+    position = prompt.item_indices[j] if prompt.item_indices else prompt.first_item_index + j
+    allowed = {position}
+    if task.rule != "own":  # an item of several tokens (or sharing one) may change in every token it touches
+        text, special, start = render(tokenizer, clean.text, settings.template, clean.context)
+        region = np.array([task.twin_region(clean, j)]) + start
+        first, last = span_tokens(encode(tokenizer, [text], special)[1][0], region)
+        allowed = set(range(int(first[0]), int(last[0]) + 1))
+    for twin in candidates:
+        text, special, _ = render(tokenizer, twin.text, settings.template, twin.context)
+        ids = list(tokenizer(text, add_special_tokens=special)["input_ids"])
+        differ = None
+        if len(ids) == prompt.n_tokens:
+            differ = {i for i, (a, b) in enumerate(zip(prompt.ids, ids, strict=True)) if a != b}
+        if differ and differ <= allowed:
+            corrupt = Prompt(n=prompt.n - 1, m=prompt.m + 1, pair=prompt.pair, config=prompt.config,
+                             seed=prompt.seed, prompt=text, ids=ids, first_item_index=prompt.first_item_index,
+                             last_item_index=prompt.last_item_index, item_indices=prompt.item_indices,
+                             item_targets=tuple(bool(t) for t in twin.targets))
+            return PromptPair(prompt, corrupt, j, position)
+    where = f"n={prompt.n}, config {prompt.config}, seed {prompt.seed}"
+    if task.uses_pairs:
         raise ConfigError("pairs", literal(f"turning a target of pair {prompt.pair} into its distractor changes "
-                                           f"the prompt's other tokens (n={prompt.n}, config {prompt.config}, seed "
-                                           f"{prompt.seed})") + "; choose other {pairs}")
-    twin = Prompt(n=prompt.n - 1, m=prompt.m + 1, pair=prompt.pair, config=prompt.config, seed=prompt.seed,
-                  prompt=text, ids=ids, first_item_index=prompt.first_item_index,
-                  last_item_index=prompt.last_item_index, item_indices=prompt.item_indices,
-                  item_targets=tuple(bool(t) for t in turned == 1))
-    return PromptPair(prompt, twin, j, position)
+                                           f"the prompt's other tokens ({where})") + "; choose other {pairs}")
+    a, b = task.twin_region(clean, j)
+    raise ConfigError("task", "{task}: " + literal(
+        f"no corrupted twin of the same tokens: every replacement of item {j} {clean.text[a:b]!r} (characters "
+        f"{a}..{b} of the message; tried {len(candidates)}) changes the prompt's other tokens or its length "
+        f"({where}{', ' + prompt.pair if prompt.pair else ''})") + "; choose other options of {task}, or seeds")
 
 
 def prompt_pairs(tokenizer, config: PositionPatchingConfig) -> list[PromptPair]:
@@ -385,10 +401,10 @@ declare(Experiment(
                                                                    seeds=[0], configs=["count"])),
              "test": PositionPatchingConfig(prompts=PromptSettings(L=6, counts=[3], per_count=1, pairs=[["a", "b"]],
                                                                    configs=["count"], seeds=[0]))},
-    inherits=("model", "template"), uses_model=True, options={"progress": True}, study="where"))
+    inherits=("model", "template", "task"), uses_model=True, options={"progress": True}, study="where"))
 
 
-__all__ = ["FLIPS", "POSITION_SETS", "GROUPS", "GROUP_LABELS", "PositionPatchingConfig", "PromptPair",
+__all__ = ["check_twin_prompts", "FLIPS", "POSITION_SETS", "GROUPS", "GROUP_LABELS", "PositionPatchingConfig", "PromptPair",
            "PositionPatchingPlan", "PatchedPair", "PositionPatchingResult", "CSV_COLUMNS", "flipped_item",
            "corrupted_twin", "prompt_pairs", "plan_position_patching", "thinned", "patched_positions", "summarise",
            "pair_name", "run_position_patching"]

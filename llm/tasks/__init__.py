@@ -1,7 +1,8 @@
 """Counting tasks (docs/definitions.md §2.2 and §2.8): the registry (``--task NAME[:options]``), the
-built-in tasks in declaration order (``lists``, ``repeat``, ``letters``) and the one span -> token function
-every task's items go through (:mod:`countlens.llm.tasks.spans`)."""
+built-in tasks in declaration order (``lists``, ``repeat``, ``letters``, ``objects``, ``file:PATH``) and the one
+span -> token function every task's items go through (:mod:`countlens.llm.tasks.spans`)."""
 
+from countlens.llm.tasks.file import FILE_WORDING, check_record, read_records
 from countlens.llm.tasks.letters import letter_parts
 from countlens.llm.tasks.lists import (
     CANDIDATE_PAIRS,
@@ -11,6 +12,7 @@ from countlens.llm.tasks.lists import (
     instruction_parts,
     pair_name,
 )
+from countlens.llm.tasks.objects import CATEGORIES, draw_objects, object_parts
 from countlens.llm.tasks.registry import (
     DEFAULT_TASK,
     TASKS,
@@ -19,6 +21,7 @@ from countlens.llm.tasks.registry import (
     Task,
     TaskOption,
     declare_task,
+    flipped_target,
     parse_task,
     task_help,
 )
@@ -28,4 +31,5 @@ from countlens.llm.tasks.spans import RULES, encode, item_positions, item_proble
 __all__ = ["DEFAULT_TASK", "TASKS", "Drawn", "Instruction", "Task", "TaskOption", "declare_task", "parse_task",
            "task_help", "CANDIDATE_PAIRS", "CONFIGURATIONS", "DEFAULT_PAIRS", "arrangement", "instruction_parts",
            "pair_name", "SEPARATORS", "repeat_parts", "letter_parts", "RULES", "encode", "item_positions",
-           "item_problem", "span_tokens"]
+           "item_problem", "span_tokens", "flipped_target", "CATEGORIES", "object_parts", "draw_objects",
+           "FILE_WORDING", "check_record", "read_records"]

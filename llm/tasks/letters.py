@@ -55,6 +55,7 @@ class Letters(Task):
     options = (TaskOption("letter", "r", "the counted letter", _letter),)
     wordings = WORDINGS
     rule = "shared"
+    twins = True
 
     def label(self) -> str:
         return self.values["letter"]
@@ -64,6 +65,12 @@ class Letters(Task):
         rng = np.random.default_rng([seed, n, k, L, 1])
         text, spans = letter_parts(config, self.values["letter"], items, rng)
         return Instruction(text, spans, items == 1)
+
+    def replacements(self, clean, j, group, seed):
+        """The other letters, in a seeded order."""
+        others = [c for c in string.ascii_lowercase if c != self.values["letter"]]
+        order = np.random.default_rng([seed, len(clean.targets), j, 3]).permutation(len(others))
+        return [others[i] for i in order]
 
 
 __all__ = ["WORDINGS", "letter_parts", "Letters"]

@@ -5,7 +5,8 @@ A prompt is fixed by ``(n, m, pair, config, seed, k)``: ``n`` targets and ``m`` 
 shuffled, each item written as a space followed by the item, inside an instruction wording (a
 *configuration*). The number of distractors and the item order depend only on ``(seed, n, k)``, so the pairs
 and configurations of one seed are paired comparisons. ``m`` is drawn uniformly from ``0..L-n`` (the toy's
-domain ``n + m <= L``). Each item must be one token of its own (rule ``own``).
+domain ``n + m <= L``). Each item must be one token of its own (rule ``own``). The corrupted twin turns one
+target into the distractor.
 """
 
 from __future__ import annotations
@@ -73,6 +74,12 @@ class Lists(Task):
 
     def labels(self, settings):
         return [(pair_name(pair), pair) for pair in settings.pairs]
+
+    def group_of(self, label, settings):
+        return label.split("/")
+
+    def replacements(self, clean, j, group, seed):
+        return [f" {group[1]}"]  # the target (with its leading space) turned into the distractor
 
     def instruction(self, config, group, n, k, seed, L):
         items = arrangement(seed, n, k, L)

@@ -36,11 +36,14 @@ class TaskOption:
 @dataclass(frozen=True)
 class Instruction:
     """A user message and its items: ``spans`` (n_items, 2) ``[start, end)`` characters in ``text``,
-    ``targets`` (n_items,) True for a counted item; ``n`` targets and ``m`` other items."""
+    ``targets`` (n_items,) True for a counted item; ``n`` targets and ``m`` other items. ``context``: the chat
+    messages before it (``({"role": ..., "content": ...}, ...)``; a ``file`` task's conversation), rendered
+    with it in the chat template; empty for the built-in tasks."""
 
     text: str
     spans: np.ndarray
     targets: np.ndarray
+    context: tuple = ()
 
     @property
     def n(self) -> int:
@@ -61,6 +64,7 @@ class Drawn:
     pair: str
     k: int
     instruction: Instruction
+    source: str = ""  # where the prompt comes from when its grid keys do not say (a file's record: "line 7")
 
 
 class Task(ABC):
@@ -73,6 +77,10 @@ class Task(ABC):
     ``twins`` (a corrupted twin of the same token length exists), ``seeded`` (False where a prompt depends on
     its count alone: the grid then takes the first seed and one prompt per count, so no prompt is written
     twice); ``order`` places it in the registry's listing. ``values`` holds the checked options.
+
+    A task with ``twins`` says, in :meth:`replacements`, what may stand in a target's place so that the item
+    is no longer counted (tried in order under the model's tokenizer until one keeps every other token:
+    :func:`countlens.llm.positions.experiment.corrupted_twin`); a task without says why in ``no_twin``.
     """
 
     name: ClassVar[str]
@@ -84,7 +92,9 @@ class Task(ABC):
     rule: ClassVar[str] = "whole"
     uses_pairs: ClassVar[bool] = False
     twins: ClassVar[bool] = False
+    no_twin: ClassVar[str] = ""  # why no corrupted twin exists (said where an analysis needs one)
     seeded: ClassVar[bool] = True  # False: a prompt depends on its count alone (one seed, one prompt per count)
+    uses_L: ClassVar[bool] = True  # False: L bounds nothing (the prompt's length follows its count or its record)
     order: ClassVar[int] = 100  # the place in the registry's listing (the built-ins 0, 1, 2, ...)
 
     def __init__(self, **given: str):
@@ -117,10 +127,62 @@ class Task(ABC):
         """The ``pair`` column of a task that draws no pairs: what it counts."""
         return self.name
 
+    def digest(self) -> str | None:
+        """What a capture's resume key must hold beyond the task's text: ``None`` for a task whose prompts its
+        text and the settings fix; a digest of the prompts' content for one that reads them from elsewhere (a
+        ``file``), so an edited file is never resumed into a capture of the old one."""
+        return None
+
     @abstractmethod
     def instruction(self, config: str, group: Any, n: int, k: int, seed: int, L: int) -> Instruction:
         """The user message of prompt ``k`` of count ``n`` in wording ``config`` and ``group``, for ``seed``
         and at most ``L`` items, with its items' spans and targets."""
+
+    @property
+    def located(self) -> bool:
+        """Whether the prompts say where their items are (every built-in task; a ``file`` task with spans)."""
+        return True
+
+    def settle(self, settings) -> None:
+        """Check (or fill in) the prompt settings this task reads differently from the built-ins, when the
+        settings are validated (before any tokenizer): a :class:`ConfigError` naming the field otherwise.
+        The built-in tasks read every setting as documented, so they accept any."""
+        return None
+
+    def group_of(self, label: str, settings) -> Any:
+        """The group (:meth:`labels`) whose prompts carry ``label`` in their ``pair`` column."""
+        return dict(self.labels(settings)).get(label)
+
+    def replacements(self, clean: Instruction, j: int, group: Any, seed: int) -> list[str]:
+        """The texts that may replace target item ``j`` of ``clean`` (its :meth:`twin_region`; the
+        prompt's ``group`` and ``seed``) so that it is no longer counted, in the order to try them; only a task
+        with ``twins`` has them."""
+        raise ConfigError("task", f"{{task}}: {literal(self.name)} defines no corrupted twin ({literal(self.no_twin)})")
+
+    def twin(self, config: str, label: str, n: int, k: int, seed: int, settings,
+             flip: str) -> tuple[Instruction, int, list[Instruction]]:
+        """The clean user message of prompt ``k`` of count ``n`` (``config``, ``label``, ``seed``), the index
+        ``j`` of the target ``flip`` turns (``first``, ``middle`` — the lower middle — or ``last``), and the
+        candidate twins: the message with item ``j``'s characters replaced by each of :meth:`replacements`
+        (item ``j`` no longer a target, the spans after it shifted), in the order to try them."""
+        group = self.group_of(label, settings)
+        clean = self.instruction(config, group, n, k, seed, settings.L)
+        j = flipped_target(clean.targets, flip)
+        a, b = self.twin_region(clean, j)
+        turned = clean.targets.copy()
+        turned[j] = False
+        twins = []
+        for word in self.replacements(clean, j, group, seed):
+            spans = clean.spans.copy()
+            spans[j + 1:] += len(word) - (b - a)
+            spans[j, 1] += len(word) - (b - a)
+            twins.append(Instruction(clean.text[:a] + word + clean.text[b:], spans, turned, clean.context))
+        return clean, j, twins
+
+    def twin_region(self, clean: Instruction, j: int) -> tuple[int, int]:
+        """The characters ``[a, b)`` of ``clean`` that :meth:`replacements` replace to turn item ``j``: the
+        item's span (it ends where the item ends); the twin's tokens may differ only over them."""
+        return int(clean.spans[j, 0]), int(clean.spans[j, 1])
 
     def grid(self, settings) -> Iterator[list[Drawn]]:
         """The task's prompts in groups of one (seed, wording, label), each in (count, k) order; the groups in
@@ -136,6 +198,13 @@ class Task(ABC):
         """The number of prompts :meth:`grid` draws."""
         seeds, per_count = (len(settings.seeds), settings.per_count) if self.seeded else (1, 1)
         return len(settings.counts) * per_count * len(self.labels(settings)) * len(settings.configs) * seeds
+
+
+def flipped_target(targets: np.ndarray, flip: str) -> int:
+    """The index (among the items) of the target ``flip`` turns: the first, middle (lower) or last target of
+    ``targets`` (n_items,) bools."""
+    where = np.flatnonzero(np.asarray(targets))
+    return int(where[{"first": 0, "middle": (len(where) - 1) // 2, "last": len(where) - 1}[flip]])
 
 
 TASKS: dict[str, type[Task]] = {}
@@ -177,5 +246,5 @@ def task_help() -> str:
     return "; ".join(f"{t.example}: {t.summary}" for t in TASKS.values())
 
 
-__all__ = ["DEFAULT_TASK", "TaskOption", "Instruction", "Drawn", "Task", "TASKS", "declare_task", "parse_task",
+__all__ = ["DEFAULT_TASK", "TaskOption", "Instruction", "Drawn", "Task", "flipped_target", "TASKS", "declare_task", "parse_task",
            "task_help"]

@@ -3,8 +3,10 @@
 The separator decides whether a late MLP overwrites the count (space- vs comma-separated repeated words);
 ``a, a, a, ...`` is the stable-counting-capacity assay. Every item is a target (no distractors), so a prompt of
 count ``n`` is fixed by ``n`` alone: the grid takes the first seed and one prompt per count (``seeded`` False). An item is the word
-without its separator and sits at its last token (rule ``whole``); no corrupted twin of the same length is
-defined, so position patching and the heads' ablation refuse this task.
+without its separator and sits at its last token (rule ``whole``). No corrupted twin is defined: the question
+counts every word, so turning one word into another leaves the answer unchanged (a twin would need a question
+about one word, "how many times does a appear", which is another task: ``lists`` with the same word as
+target), and position patching and the heads' ablation refuse this task, saying so.
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ class Repeat(Task):
                TaskOption("word", "a", "the repeated word", _word))
     wordings = WORDINGS
     seeded = False
+    uses_L = False
+    no_twin = "its question counts every word, so no one-word change lowers the count by one"
 
     def label(self) -> str:
         return self.values["word"]

@@ -20,8 +20,8 @@ import pytest
 from countlens.pipeline.cli import build_parser, main
 
 # The arguments each command needs besides the option under test: {TINY} a tiny chat model, {ACTS} a capture
-# with answers of it, {PROBES} probes fitted on that capture, {PARAMS} a toy parameter file, {OUT} a fresh
-# folder, {JSON} a fresh file.
+# with answers of it, {PROBES} probes fitted on that capture, {LENS} lenses on it, {COMPONENTS} Figure 14 of the
+# tiny model, {PARAMS} a toy parameter file, {OUT} a fresh folder, {JSON} a fresh file.
 BASE = {
     "reproduce": "--preset test --model {TINY} --out {OUT}",
     "study": "--models {TINY} --preset test --out {OUT}",
@@ -44,6 +44,9 @@ BASE = {
                  "--layers 0 --out {OUT}",
     "llm components": "--model {TINY} --pairs a/b --configs count --seeds 0 --L 8 --counts 1:3 --ablate-prompts 2 "
                       "--out {OUT}",
+    "llm diagnose": "--lens {LENS} --components {COMPONENTS} --out {OUT}",
+    "llm attribution": "--model {TINY} --pairs a/b --configs count --seeds 0 --L 8 --counts 3 --positions items "
+                       "--locations 0:1 --layers 0 --out {OUT}",
     "llm prompts": "--model {TINY} --pairs a/b --configs count --seeds 0 --counts 0:2 --L 8",
     "llm pairs": "--model {TINY} --candidates a/b",
     "probe": "--acts {ACTS} --out {OUT}",
@@ -55,14 +58,15 @@ BASE = {
                "--toy-L 5",
     "organism train": "--out {OUT} --L 3 --layers 1 --heads 2 --width 16 --quiet",
     "organism check": "--model {MISSING} --out {OUT} --quiet",
+    "organism scaling": "--out {OUT} --preset test --quiet",
 }
 
 # A bad value of each validated option, per command.
 BAD = {
-    "reproduce": {"--preset": "huge", "--model": "{MISSING}", "--gguf-file": "{MISSING}.gguf", "--revision": "v1",
+    "reproduce": {"--task": "nope", "--tasks": "lists,lists", "--preset": "huge", "--model": "{MISSING}", "--gguf-file": "{MISSING}.gguf", "--revision": "v1",
                   "--device": "gpu",
                   "--dtype": "float8", "--template": "fancy", "--batch-size": "0", "--stages": "nope"},
-    "study": {"--models": ",", "--preset": "huge", "--ray": "local:0", "--device": "gpu", "--dtype": "float8",
+    "study": {"--tasks": "repeat:separator=tab", "--models": ",", "--preset": "huge", "--ray": "local:0", "--device": "gpu", "--dtype": "float8",
               "--batch-size": "0", "--template": "fancy"},
     "toy construct": {"--variant": "nope", "--d": "0", "--L": "0", "--tau": "-1"},
     "toy check": {"--params": "{MISSING}", "--L": "0"},
@@ -102,16 +106,24 @@ BAD = {
                   "--template": "fancy", "--batch-size": "0", "--device": "gpu", "--dtype": "float8",
                   "--layers": "99", "--ablate-prompts": "-1", "--flip": "second", "--probes": "{MISSING}",
                   "--location": "99"},
-    "llm components": {"--model": "{MISSING}", "--gguf-file": "{MISSING}.gguf", "--revision": "v1", "--L": "0",
+    "llm components": {"--task": "nope", "--model": "{MISSING}", "--gguf-file": "{MISSING}.gguf", "--revision": "v1", "--L": "0",
                        "--counts": "5:2", "--per-count": "0", "--pairs": "1/1", "--configs": "poem", "--seeds": "x",
                        "--template": "fancy", "--batch-size": "0", "--device": "gpu", "--dtype": "float8",
-                       "--ablate-prompts": "-1", "--flip": "second"},
+                       "--ablate-prompts": "-1", "--flip": "second", "--source": "zero", "--scope": "everywhere",
+                       "--layers": "40"},
+    "llm attribution": {"--task": "nope", "--model": "{MISSING}", "--gguf-file": "{MISSING}.gguf", "--revision": "v1", "--L": "0",
+                        "--counts": "0", "--per-count": "0", "--pairs": "1/1", "--configs": "poem", "--seeds": "x",
+                        "--template": "fancy", "--locations": "0:99", "--batch-size": "0", "--device": "gpu",
+                        "--dtype": "float8", "--method": "atp**", "--direction": "sideways", "--flip": "second",
+                        "--positions": "everywhere", "--location-step": "0", "--layers": "99", "--top-k": "0",
+                        "--min-gap": "0"},
     "llm steer": {"--acts": "{MISSING}", "--probes": "{MISSING}", "--location": "99", "--deltas": "nan",
                   "--counts": "90", "--max-prompts": "0", "--batch-size": "0", "--answer-tokens": "0",
                   "--device": "gpu", "--direction": "up", "--units": "metres"},
     "llm lens": {"--acts": "{MISSING}", "--probes": "{MISSING}", "--locations": "99", "--counts": "5:2",
                  "--alphas": "-1", "--split": "0.5,0.5", "--baseline-directions": "0", "--threads": "0",
                  "--device": "gpu"},
+    "llm diagnose": {"--lens": "{MISSING}", "--components": "{PROBES}", "--top": "0"},
     "llm prompts": {"--task": "nope", "--model": "{MISSING}", "--gguf-file": "{MISSING}.gguf", "--revision": "v1", "--L": "0",
                     "--counts": "5:2", "--per-count": "0", "--pairs": "1/1", "--configs": "poem", "--seeds": "x",
                     "--template": "fancy", "--show": "0"},
@@ -131,6 +143,8 @@ BAD = {
                        "--seed": "-1", "--tokenizer": "{MISSING}", "--pairs": "1/1", "--lr": "-1", "--batch-size": "0",
                        "--max-steps": "0", "--eval-every": "0", "--target-accuracy": "2", "--threads": "0"},
     "organism check": {"--model": "{MISSING}", "--threads": "0"},
+    "organism scaling": {"--preset": "huge", "--Ls": "10", "--seeds": "-1", "--width": "15", "--max-steps": "0",
+                         "--llm-acts": "{MISSING}", "--llm-location": "99", "--threads": "0"},
 }
 
 # Options where every value is valid (they name what to write, or any seed or count of output lines works).
@@ -141,9 +155,10 @@ FREE = {
                                                                       "--checkpoint-every"},
     "toy table2": {"--json"}, "toy figure2": {"--out"}, "toy figure3": {"--out"}, "toy figure4": {"--out", "--seed"},
     "llm capture": {"--init-seed", "--out"}, "llm patch": {"--out"}, "llm steer": {"--out", "--seed"},
-    "llm heads": {"--out"}, "llm components": {"--out"}, "llm lens": {"--out", "--seed"},
+    "llm heads": {"--out"}, "llm components": {"--out"}, "llm attribution": {"--out"}, "llm lens": {"--out", "--seed"}, "llm diagnose": {"--out"},
     "probe": {"--out"}, "probe sweep": {"--out"}, "probe toy-acts": {"--out", "--seed"}, "probe redraw": {"--out"},
     "geometry": {"--out"}, "compare": {"--out"}, "organism train": {"--out"}, "organism check": {"--out"},
+    "organism scaling": {"--out"},
 }
 
 
@@ -189,10 +204,15 @@ def inputs(tmp_path_factory, tiny_chat_model):
     assert main(["llm", "capture", *BASE["llm capture"].format(TINY=tiny_chat_model, OUT=acts).split(),
                  "--counts", "0:8", "--per-count", "2", "--answers", "--answer-tokens", "2"]) == 0
     assert main(["probe", "--acts", str(acts), "--out", str(probes), "--seeds", "0"]) == 0
+    lens, components = root / "lens", root / "components"
+    assert main(["llm", "lens", "--acts", str(acts), "--baseline-directions", "10", "--out", str(lens), "--quiet"]) == 0
+    assert main(["llm", "components", *BASE["llm components"].format(TINY=tiny_chat_model, OUT=components).split(),
+                 "--quiet"]) == 0
     params = root / "params.json"
     assert main(["toy", "construct", "--variant", "softmax", "--d", "4", "--L", "5", "--json", str(params)]) == 0
     return {"TINY": str(tiny_chat_model), "ACTS": str(acts), "PROBES": str(probes / "probes.json"),
-            "PARAMS": str(params), "MISSING": str(root / "missing")}
+            "PARAMS": str(params), "MISSING": str(root / "missing"), "LENS": str(lens),
+            "COMPONENTS": str(components)}
 
 
 @pytest.mark.parametrize("command, option, value", CASES, ids=[f"{c} {o}" for c, o, _ in CASES])
@@ -283,3 +303,44 @@ def test_every_option_has_help_and_shows_its_default():
                                    and "required" not in text):
                 missing.append((command, max(action.option_strings, key=len)))
     assert missing == []
+
+
+# The task option's values that name a file or an option (issue 30): each bad one is one line naming --task, exit 2,
+# nothing written, before any model is read (the model named here does not exist, so an error about it would
+# come first if the task were checked after it).
+BAD_TASKS = [("file:{MISSING}.jsonl", "does not exist"), ("file:{EMPTY}", "holds no records"),
+             ("file:{BROKEN}", "line 2: is not JSON"), ("objects:category=planets", "category must be one of"),
+             ("objects:colour=red", "objects takes the options category")]
+
+
+@pytest.mark.parametrize("command", ["llm prompts", "llm capture", "llm patch", "llm heads"])
+@pytest.mark.parametrize(("task", "words"), BAD_TASKS, ids=[t for t, _ in BAD_TASKS])
+def test_a_bad_task_is_one_line_before_the_model(command, task, words, tmp_path, capsys):
+    (tmp_path / "empty.jsonl").write_text("")
+    (tmp_path / "broken.jsonl").write_text('{"text": "a", "count": 0}\n{"text": \n')
+    names = {"MISSING": str(tmp_path / "missing"), "EMPTY": str(tmp_path / "empty.jsonl"),
+             "BROKEN": str(tmp_path / "broken.jsonl"), "OUT": str(tmp_path / "out")}
+    argv = [*command.split(), "--model", names["MISSING"], "--task", task.format(**names)]
+    code = main(argv + ([] if command == "llm prompts" else ["--out", names["OUT"]]))
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and len(err) == 1 and err[0].startswith("countlens: error: --task: ") and words in err[0], err
+    assert not (tmp_path / "out").exists()
+
+
+def test_objects_and_file_tasks_build_and_refuse_what_they_lack(tiny_chat_model, tmp_path, capsys):
+    from pathlib import Path
+
+    example = Path(__file__).parents[2] / "docs" / "tasks" / "example.jsonl"
+    assert main(["llm", "prompts", "--model", str(tiny_chat_model), "--task", "objects:category=animal", "--L", "6",
+                 "--counts", "0:3", "--seeds", "0", "--show", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "How many animals" in out or "number of animals" in out or "how many animals" in out
+    assert main(["llm", "prompts", "--model", str(tiny_chat_model), "--task", f"file:{example}", "--show", "5"]) == 0
+    out = capsys.readouterr().out
+    assert f"5 prompts in all of the task file:{example}" in out and "You count carefully." in out
+    # a file task has no corrupted twin: patching over positions refuses it in one line, before the model
+    assert main(["llm", "patch", "--model", str(tiny_chat_model), "--task", f"file:{example}", "--positions", "all",
+                 "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "corrupted twin" in err and "a record names no text" in err, err
+    assert not (tmp_path / "out").exists()

@@ -97,3 +97,36 @@ def test_smollm2_items_capture_matches_independent_forward(tmp_path):
             if r["item_index"] >= 0:
                 items = words[r["first_item_index"]:r["position"] + 1]
                 assert r["is_target"] == (words[r["position"]] == "a") and r["running_count"] == items.count("a")
+
+
+def test_smollm2_direct_logit_attribution_sums_to_its_own_logit_difference(tmp_path):
+    # Figure 14 on the real embedded model: per prompt and logit difference, the embeddings, every block's
+    # attention and MLP write and the read-out's constant sum to the model's own logit difference (1e-4
+    # relative), and that difference equals the one of a plain forward pass of the prompt.
+    import json
+    from collections import defaultdict
+
+    out = tmp_path / "components"
+    assert main(["llm", "components", "--model", "default", "--L", "12", "--counts", "3,7", "--pairs", "a/b",
+                 "--configs", "count", "--seeds", "0", "--ablate-prompts", "0", "--quiet", "--out", str(out)]) == 0
+    result = json.loads((out / "components.json").read_text())
+    sums, totals = defaultdict(float), {}
+    for r in result["rows"]:
+        key = (r["prompt_id"], r["target"])
+        totals[key] = r["total"]
+        if r["kind"] != "head":
+            sums[key] += r["contribution"]
+    assert len(totals) == 2 * len(result["prompts"]) == 8  # two prompts per count, two logit differences each
+    for key, total in totals.items():
+        assert sums[key] == pytest.approx(total, rel=1e-4, abs=1e-4 * abs(total) + 1e-6), key
+    loaded = load_model("default", progress=False)
+    tok = loaded.tokenizer
+    for p in result["prompts"]:
+        ids = tok(p["text"], add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            logits = loaded.model(input_ids=torch.tensor([ids])).logits[0, -1].double()
+        greedy = int(torch.argmax(logits))
+        correct = tok(str(p["n"]), add_special_tokens=False)["input_ids"][0]  # one digit: one token in SmolLM2
+        assert tok.decode([greedy]) == p["answer_token"] and tok.decode([correct]) == p["correct_token"]
+        own = float(logits[correct] - logits[greedy])
+        assert p["ld_answer"] == pytest.approx(own, rel=1e-3, abs=1e-3)

@@ -207,3 +207,80 @@ def test_quick_preset_on_a_tiny_model_writes_a_complete_report(tmp_path, tiny_mo
         assert (out / src).read_bytes()[:8] == PNG, src
     geo = json.loads((out / "geometry" / "geometry.json").read_text())
     assert geo["low_window"] == [1, 10] and geo["high_window"] == [91, 100]
+
+
+@pytest.mark.slow
+def test_tasks_side_by_side_against_their_captures(report):
+    # reproduce --tasks: each repeat task is a report of its own; the comparison's numbers equal what is
+    # recomputed here from each task's capture (the answers), probe and lens files.
+    import csv
+    from collections import defaultdict
+
+    import numpy as np
+
+    from countlens.core.capture import open_capture
+    from countlens.pipeline.tasks import TASKS_DIR
+
+    out, code = report
+    assert code == 0
+    summary = json.loads((out / "reproduce.json").read_text())
+    assert [(t["task"], t["status"]) for t in summary["tasks"]] == [
+        ("repeat:separator=comma", "done"), ("repeat:separator=space", "done")]
+    tasks = json.loads((out / TASKS_DIR / "tasks.json").read_text())
+    assert [t["task"] for t in tasks["tasks"]] == ["lists", "repeat:separator=comma", "repeat:separator=space"]
+    for t in tasks["tasks"]:
+        folder = (out / TASKS_DIR / t["report"]).parent
+        capture = open_capture(folder / "capture" / "acts")
+        n = capture.column("n").astype(int)
+        answer = capture.column("answer")
+        if t["task"].startswith("repeat"):
+            sep = ", " if "comma" in t["task"] else " "
+            texts = capture.column("prompt")
+            # one prompt per count, the word written n times with the separator (independently of the task code)
+            assert sorted(n.tolist()) == sorted(set(n.tolist()))
+            for k, text in zip(n, texts, strict=True):
+                assert (sep.join(["a"] * k) in text) and (k == 0 or sep.join(["a"] * (k + 1)) not in text)
+        for row in t["per_count"]:
+            mine = n == row["n"]
+            right = np.where(np.isnan(answer[mine].astype(float)), False, answer[mine].astype(float) == row["n"])
+            assert row["accuracy"] == pytest.approx(right.mean())
+        probes = json.loads((folder / "probe" / "probes.json").read_text())
+        for row, loc in zip(t["probe"], probes["locations"], strict=True):
+            assert row["r2"] == pytest.approx(np.mean([f["r2"] for f in loc["fits"]]))
+        ranks = defaultdict(list)
+        with open(folder / "lens" / "lens.csv") as f:
+            for r in csv.DictReader(f):
+                if int(r["rank"]) > 0:
+                    ranks[(int(r["location_index"]), r["lens"])].append(int(r["rank"]))
+        assert len(t["lens"]) == len({k[0] for k in ranks})
+        for row, index in zip(t["lens"], sorted({k[0] for k in ranks}), strict=True):
+            assert row["logit"] == pytest.approx(np.mean(ranks[(index, "logit")]))
+            assert row["tuned"] == pytest.approx(np.mean(ranks[(index, "tuned")]))
+    page = (out / "index.html").read_text()
+    assert "Tasks side by side" in page and f'src="{TASKS_DIR}/tasks.png"' in page
+    assert (out / TASKS_DIR / "tasks.png").read_bytes()[:8] == PNG
+    check_report(out / TASKS_DIR, (out / TASKS_DIR / "index.html").read_text())
+
+
+def test_an_analysis_the_task_cannot_run_is_not_run_and_says_why():
+    stages = {s.name: s for s in build_stages("test", {"task": "repeat:separator=comma"})}
+    assert "corrupted twin" in stages["patching-positions"].refused and "corrupted twin" in stages["heads"].refused
+    assert stages["capture"].refused is None and stages["capture"].config.prompts.task == "repeat:separator=comma"
+    assert stages["capture-items"].config.prompts.task == "repeat:separator=comma"
+    from countlens.pipeline.stages import run_stages
+
+    records = run_stages("/nonexistent", [stages["heads"]])
+    assert records["heads"]["status"] == "not run" and "corrupted twin" in records["heads"]["reason"]
+
+
+def test_the_tasks_grammar():
+    from countlens.core.errors import ConfigError
+    from countlens.pipeline.tasks import parse_tasks, task_folder_name
+
+    assert parse_tasks("lists, repeat:separator=comma,word=b ,letters") == (
+        "lists", "repeat:separator=comma,word=b", "letters")
+    assert task_folder_name("repeat:separator=comma,word=b") == "repeat-separator-comma-word-b"
+    for bad, says in (("lists,lists", "more than once"), ("count", "must be one of"),
+                      ("repeat:separator=tab", "separator"), ("", "at least one")):
+        with pytest.raises(ConfigError, match=says):
+            parse_tasks(bad)

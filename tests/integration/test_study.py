@@ -73,3 +73,26 @@ def test_a_model_that_cannot_be_captured_is_one_line_before_any_work(tiny_models
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and "no-such-model" in lines[0], lines
     assert not (out / MODELS_DIR).exists()
+
+
+def test_study_tasks_side_by_side_per_model(tiny_models, tmp_path, capsys):  # noqa: F811
+    # --tasks: one report per model and task (the lenses added), then each model's tasks compared on one page
+    from countlens.pipeline.tasks import TASKS_DIR
+
+    out = tmp_path / "study"
+    assert _study(out, [tiny_models["llama"]], "--tasks", "lists,repeat:separator=pipe") == 0
+    assert "2 of 2 runs (models × tasks) compared" in capsys.readouterr().out
+    data = json.loads((out / "study.json").read_text())
+    assert [(m["name"], m["task"]) for m in data["models"]] == [("llama--lists", "lists"),
+                                                                  ("llama--repeat-separator-pipe", "repeat:separator=pipe")]
+    assert data["tasks"] == [f"{TASKS_DIR}/llama/index.html"]
+    tasks = json.loads((out / TASKS_DIR / "llama" / "tasks.json").read_text())
+    assert [t["task"] for t in tasks["tasks"]] == ["lists", "repeat:separator=pipe"]
+    for t in tasks["tasks"]:
+        report = (out / TASKS_DIR / "llama" / t["report"]).resolve()
+        assert report.is_file() and (report.parent / "lens" / "lens.json").is_file() and t["lens"]
+        probes = json.loads((report.parent / "probe" / "probes.json").read_text())
+        assert t["best_probe"]["location"] and len(t["probe"]) == len(probes["locations"])
+    repeat = json.loads((out / MODELS_DIR / "llama--repeat-separator-pipe" / "capture" / "acts" / "meta.json").read_text())
+    assert repeat["settings"]["task"] == "repeat:separator=pipe"
+    assert f'href="{TASKS_DIR}/llama/index.html"' in (out / "index.html").read_text()

@@ -19,7 +19,10 @@ ROOMS = ("countlens.toy", "countlens.llm", "countlens.probes", "countlens.analys
 CORE, PIPELINE = "countlens.core", "countlens.pipeline"
 DISPATCHER = "countlens.pipeline.cli"
 # Which rooms each room may import (besides itself and the core).
-ALLOWED = {"countlens.toy": set(), "countlens.probes": {"countlens.toy"}, "countlens.llm": {"countlens.probes"},
+# llm may take analysis's geometry and the toy's B_min (through their __all__): the organisms' toy <-> organism
+# comparison (countlens.llm.organisms.scaling); neither imports llm, so no cycle.
+ALLOWED = {"countlens.toy": set(), "countlens.probes": {"countlens.toy"},
+           "countlens.llm": {"countlens.probes", "countlens.analysis", "countlens.toy"},
            "countlens.analysis": {"countlens.probes", "countlens.toy"}}
 
 

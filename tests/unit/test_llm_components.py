@@ -294,3 +294,207 @@ def test_run_ablates_every_block_and_head(tiny_models):  # noqa: F811
     with pytest.raises(ConfigError) as err:
         ComponentsConfig(prompts=settings("llama", counts=(0,)), ablate_prompts=1).validate()
     assert err.value.field == "ablate_prompts"
+
+
+# ------------------------------------------------------------------ component patching and ablation (issue 31.2)
+
+
+def twin_pair(tok, family: str, n: int = 3):
+    """A clean prompt with ``n`` targets, its twin (the last target turned into the distractor) and the
+    candidates "n" and "n − 1"."""
+    from countlens.llm.answers import candidate_token_ids
+    from countlens.llm.positions.experiment import PositionPatchingConfig, prompt_pairs
+
+    config = PositionPatchingConfig(prompts=settings(family, counts=(n,)))
+    pp = prompt_pairs(tok, config)[0]
+    return pp.clean, pp.corrupt, candidate_token_ids(tok, [n, n - 1], config.prompts.template)
+
+
+def plain_scores(model, prompt, candidates) -> np.ndarray:
+    """log p(candidate) (K,) of one prompt, each candidate by its own whole forward with no hook at all."""
+    out = []
+    for cand in candidates:
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([list(prompt.ids) + list(cand)])).logits[0].double()
+        logp = torch.log_softmax(logits, -1)
+        out.append(float(sum(logp[prompt.n_tokens - 1 + j, t] for j, t in enumerate(cand))))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("family", ["llama-3", "gemma-2", "olmo-2"])
+def test_patching_every_twin_component_at_every_position_is_the_twin_and_nothing_is_the_clean_run(
+        family_model, family):  # noqa: F811
+    from countlens.llm.components.ablation import component_scores, component_setter, site_values
+
+    loaded = loaded_with_random_norms(family_model(family))
+    model, tok = loaded.model, loaded.tokenizer
+    clean, twin, cands = twin_pair(tok, family)
+    arch, L = model.config.model_type, len(find_blocks(model))
+    H = model.config.num_attention_heads
+    attn_out, mlp_out = component_output_sites(arch)
+    embed = hook_sites([0], L)
+    writes = [s for b in range(L) for s in (hook_sites([b], L, attn_out)[0], hook_sites([b], L, mlp_out)[0])]
+    z_sites, mlps = hook_sites(range(L), L, attention_output_site(arch)), hook_sites(range(L), L, mlp_out)
+    e, w = site_values(model, twin.ids, embed), site_values(model, twin.ids, writes)
+    z, m = site_values(model, twin.ids, z_sites), site_values(model, twin.ids, mlps)
+    hd = z.shape[-1] // H
+    cells = [[],  # nothing: the clean run
+             [component_setter(embed[0], e[0], "all")] + [component_setter(s, w[j], "all")
+                                                           for j, s in enumerate(writes)],
+             [component_setter(embed[0], e[0], "all")] + [component_setter(s, m[j], "all") for j, s in enumerate(mlps)]
+             + [component_setter(s, z[j][:, h * hd:(h + 1) * hd], "all", h, hd) for j, s in enumerate(z_sites)
+                for h in range(H)],
+             [component_setter(s, w[j], "boundary") for j, s in enumerate(writes)]]
+    with torch.inference_mode():
+        got = component_scores(model, clean.ids, cands, cells, batch_size=2)
+    want_clean, want_twin = plain_scores(model, clean, cands), plain_scores(model, twin, cands)
+    assert np.abs(want_clean - want_twin).max() > 1e-3  # the twin really answers otherwise
+    np.testing.assert_allclose(got[0], want_clean, atol=2e-4)
+    np.testing.assert_allclose(got[1], want_twin, atol=2e-4)  # every write and the embeddings: the twin
+    np.testing.assert_allclose(got[2], want_twin, atol=2e-4)  # the same with the heads in place of the attention
+    # the boundary alone is neither (the answer tokens still read the clean prompt's other positions), unless
+    # every candidate is one token, when the boundary's residual alone decides them
+    if all(len(c) == 1 for c in cands):
+        np.testing.assert_allclose(got[3], want_twin, atol=2e-4)
+
+
+@pytest.fixture(scope="module")
+def twin_patched(tiny_models):  # noqa: F811
+    folder = tiny_models["llama"]
+    loaded = load_model(str(folder), progress=False)
+    config = ComponentsConfig(model=ModelSpec(str(folder)), prompts=settings("llama", counts=(3,)), ablate_prompts=1,
+                              source="twin", scope="all", layers="1")
+    return loaded, run_components(config, loaded=loaded)
+
+
+def test_a_twin_patched_component_is_a_whole_forward_under_a_hand_written_hook(twin_patched):
+    loaded, result = twin_patched
+    model, tok = loaded.model, loaded.tokenizer
+    clean, twin, cands = twin_pair(tok, "llama")
+    assert [(r["layer"], r["kind"], r["head"]) for r in result.ablation] == [(1, "attn", None), (1, "mlp", None)] + \
+        [(1, "head", h) for h in range(4)]
+    blocks = find_blocks(model)
+    T, hd = clean.n_tokens, model.config.hidden_size // model.config.num_attention_heads
+    kept = {}
+    handles = [blocks[1].self_attn.register_forward_hook(lambda m, a, o: kept.__setitem__("attn", o[0][0].clone())),
+               blocks[1].mlp.register_forward_hook(lambda m, a, o: kept.__setitem__("mlp", o[0].clone())),
+               blocks[1].self_attn.o_proj.register_forward_pre_hook(lambda m, a: kept.__setitem__("z", a[0][0].clone()))]
+    with torch.no_grad():
+        model(input_ids=torch.tensor([twin.ids]))
+    for h in handles:
+        h.remove()
+
+    def ld_with(module, hook, pre=False):
+        handle = module.register_forward_pre_hook(hook) if pre else module.register_forward_hook(hook)
+        try:
+            s = plain_scores(model, clean, cands)
+        finally:
+            handle.remove()
+        return s[0] - s[1]
+
+    def out_hook(value):
+        def fn(m, a, o):
+            x = (o[0] if isinstance(o, tuple) else o).clone()
+            x[:, :T] = value
+            return (x, *o[1:]) if isinstance(o, tuple) else x
+        return fn
+
+    def head_hook(h):
+        def fn(m, a):
+            x = a[0].clone()
+            x[:, :T, h * hd:(h + 1) * hd] = kept["z"][:, h * hd:(h + 1) * hd]
+            return (x, *a[1:])
+        return fn
+    base = plain_scores(model, clean, cands)
+    ld_clean = base[0] - base[1]
+    want = {("attn", None): ld_with(blocks[1].self_attn, out_hook(kept["attn"])),
+            ("mlp", None): ld_with(blocks[1].mlp, out_hook(kept["mlp"])),
+            **{("head", h): ld_with(blocks[1].self_attn.o_proj, head_hook(h), pre=True) for h in range(4)}}
+    for r in result.ablation:
+        assert r["ld_change_mean"] == pytest.approx(want[(r["kind"], r["head"])] - ld_clean, abs=2e-4), r
+    assert any(abs(w - ld_clean) > 1e-3 for w in want.values())
+    [record] = [p for p in result.prompts if p["ablated"]]
+    assert record["ablation_ld_clean"] == pytest.approx(ld_clean, abs=2e-4)
+
+
+def test_the_boundary_mean_ablation_is_the_same_from_the_cache_and_from_whole_passes(tiny_models):  # noqa: F811
+    # the boundary step from the prompt's key/value cache (the fast runner) against whole prompt passes
+    from countlens.llm.components.experiment import _ablate, _whole_pass_scores
+    from countlens.llm.components.experiment import plan_components as plan_of
+
+    folder = tiny_models["llama"]
+    loaded = load_model(str(folder), progress=False)
+    config = ComponentsConfig(model=ModelSpec(str(folder)), prompts=settings("llama", counts=(1, 3, 4)),
+                              ablate_prompts=2, layers="0:1")
+    plan = plan_of(config)
+    rng = np.random.default_rng(0)
+    write_means = rng.standard_normal((2 * plan.n_blocks, 32))
+    z_means = rng.standard_normal((plan.n_blocks, 32))
+    clean = [plan.prompts[i] for i in plan.ablated]
+    from countlens.llm.answers import candidate_token_ids
+    cands = [candidate_token_ids(loaded.tokenizer, [0, 1, 2, 3, 4])] * len(clean)
+    from countlens.llm.components.ablation import ablated_component_scores
+    from countlens.llm.heads.attention import ablated_scores
+
+    L = plan.n_blocks
+    attn_out, mlp_out, attn_z = plan.sites
+    sites = [s for b in range(L) for s in (hook_sites([b], L, attn_out)[0], hook_sites([b], L, mlp_out)[0])]
+    pad = pad_token_id(loaded.tokenizer)
+    with torch.inference_mode():
+        step = ablated_component_scores(loaded.model, clean, cands, sites, write_means, pad)
+        step_heads, _ = ablated_scores(loaded.model, clean, cands, hook_sites(range(L), L, attn_z), z_means, 4, pad)
+        whole, whole_heads = _whole_pass_scores(plan, loaded.model, clean, cands, write_means, z_means, 4)
+    np.testing.assert_allclose(whole, step, atol=2e-4)
+    np.testing.assert_allclose(whole_heads, step_heads, atol=2e-4)
+    assert callable(_ablate)
+
+
+def test_a_block_the_model_lacks_is_refused_before_any_weights(tmp_path, capsys, tiny_models, monkeypatch):  # noqa: F811
+    import countlens.llm.models as models
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+    monkeypatch.setattr(models.ModelSpec, "load", no_load)
+    with pytest.raises(ConfigError) as err:
+        plan_components(ComponentsConfig(model=ModelSpec(str(tiny_models["llama"])), prompts=settings("llama"),
+                                         layers="40"))
+    assert err.value.field == "layers" and "40" in str(err.value)
+    out = tmp_path / "out"
+    for argv, word in ((["--layers", "40"], "--layers"), (["--layers", "0", "--source", "twin", "--scope", "all",
+                                                           "--batch-size", "0"], "--batch-size")):
+        code, _, err = run_countlens(capsys, "llm", "components", "--model", str(tiny_models["llama"]), "--pairs",
+                                     "a/b", *argv, "--out", str(out))
+        assert_one_line_error(code, err, word)
+        assert not out.exists()
+
+
+def test_a_mean_ablation_at_every_position_writes_the_mean_over_every_position(tiny_models):  # noqa: F811
+    folder = tiny_models["llama"]
+    loaded = load_model(str(folder), progress=False)
+    model, tok = loaded.model, loaded.tokenizer
+    config = ComponentsConfig(model=ModelSpec(str(folder)), prompts=settings("llama", counts=(3,)), ablate_prompts=1,
+                              source="mean", scope="all", layers="0")
+    result = run_components(config, loaded=loaded)
+    clean, _, cands = twin_pair(tok, "llama")
+    mlp = find_blocks(model)[0].mlp
+    kept = {}
+    handle = mlp.register_forward_hook(lambda m, a, o: kept.__setitem__("mlp", o[0].clone()))
+    with torch.no_grad():
+        model(input_ids=torch.tensor([clean.ids]))
+    handle.remove()
+    mean = kept["mlp"].double().mean(dim=0)  # (d,): over every position of the one ablated prompt
+    T = clean.n_tokens
+
+    def write_mean(m, a, o):
+        x = o.clone()
+        x[:, :T] = mean.to(x.dtype)
+        return x
+    base = plain_scores(model, clean, cands)
+    handle = mlp.register_forward_hook(write_mean)
+    try:
+        ablated = plain_scores(model, clean, cands)
+    finally:
+        handle.remove()
+    [row] = [r for r in result.ablation if r["kind"] == "mlp"]
+    assert row["layer"] == 0 and abs(ablated[0] - ablated[1] - base[0] + base[1]) > 1e-3
+    assert row["ld_change_mean"] == pytest.approx(ablated[0] - ablated[1] - (base[0] - base[1]), abs=2e-4)

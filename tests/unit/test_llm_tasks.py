@@ -237,3 +237,364 @@ def test_capture_of_repeat_items_matches_an_independent_forward(tiny_models, tmp
         assert [rows[i]["running_count"] for i in mine] == [*range(1, n + 1), n]
         hidden = _last_block_output(loaded.model, enc["input_ids"])
         np.testing.assert_allclose(acts[mine, 0], hidden[[rows[i]["position"] for i in mine]].numpy(), atol=1e-4)
+
+
+# --- objects and file:PATH (issue 30, points 1, 2, 3, 5) -------------------------------------------------------
+
+def _tokenizers(smollm2_dir) -> dict:
+    """SmolLM2's tokenizer, every tiny family's, and the real ones of the cache (where fetched), by name, each with
+    the template it is used with."""
+    from tests.helpers.model_families import FAMILIES
+    from tests.helpers.real_tokenizers import FAMILIES as REAL
+    from tests.helpers.real_tokenizers import real_tokenizer_dir
+
+    out = {"smollm2": (AutoTokenizer.from_pretrained(str(smollm2_dir)), "chat")}
+    for fam in FAMILIES:
+        out[fam.name] = (family_tokenizer(fam, smollm2_dir), "plain" if fam.template is None else "chat")
+    for name in REAL:
+        folder = real_tokenizer_dir(name)
+        if folder is not None:
+            tok = AutoTokenizer.from_pretrained(str(folder))
+            out[f"real-{name}"] = (tok, "chat" if tok.chat_template else "plain")
+    return out
+
+
+@pytest.fixture(scope="module")
+def all_tokenizers(smollm2_tokenizer):  # noqa: F811
+    found = _tokenizers(smollm2_tokenizer)
+    assert {"real-qwen2", "real-llama3", "real-phi3"} <= set(found) or pytest.skip(
+        "the real tokenizers are not cached (python -m tests.helpers.real_tokenizers)")
+    return found
+
+
+def _rendered(tok, template: str, messages: list[dict]) -> tuple[str, bool]:
+    """The text the model reads for ``messages`` (the last the user's), written out here, and whether the
+    tokenizer adds its special tokens."""
+    if template == "plain":
+        return messages[-1]["content"] + "\nAnswer:", True
+    return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True), False
+
+
+def _check_items(tok, p, special: bool, spans_in_text: list[tuple[int, int]], targets: list[bool]) -> None:
+    """``p``'s ids, item positions, running counts and boundary equal a computation written here: each item's
+    last token is the last token whose characters meet it; the running count per distinct item token."""
+    enc = tok(p.prompt, add_special_tokens=special, return_offsets_mapping=True)
+    assert p.ids == enc["input_ids"] and p.boundary_index == len(enc["input_ids"]) - 1
+    want = [max(i for i, (s, e) in enumerate(enc["offset_mapping"]) if e > s and s < b and e > a)
+            for a, b in spans_in_text]
+    assert list(p.item_indices) == want and list(p.item_targets) == targets
+    tokens = sorted(set(want))
+    per_token = [sum(t for w, t in zip(want, targets, strict=True) if w == k) for k in tokens]
+    columns = position_columns([p], "items")
+    assert columns["position"] == [*tokens, p.boundary_index]
+    assert columns["running_count"] == [*np.cumsum(per_token).astype(int).tolist(), p.n]
+    assert columns["is_target"] == [*(c > 0 for c in per_token), False]
+
+
+def test_objects_prompts_items_and_counts_in_every_tokenizer(all_tokenizers):
+    from countlens.llm.tasks.objects import CATEGORIES
+
+    nouns = {w: cat for cat, (_, words) in CATEGORIES.items() for w in words}
+    for tok, template in all_tokenizers.values():
+        for category in ("fruit", "instrument"):
+            settings = PromptSettings(task=f"objects:category={category}", L=10, counts=[0, 1, 4, 10], seeds=[0, 5],
+                                      template=template)
+            prompts = build_prompts(tok, settings)
+            assert len(prompts) == settings.n_prompts() == 4 * 3 * 2
+            for p in prompts:
+                head = {"count": "\nList:", "how-many": "I have", "tally": "list of objects:"}[p.config]
+                listed = re.search(re.escape(head) + r"(.*?)(?:\.\n|\n|<| \[|$)", p.prompt).group(1)
+                found = [(m.start(2), m.end(2), m.group(2)) for m in re.finditer(r"(^| )(?:a|an) ([a-z]+)", listed)]
+                assert all(nouns[w] for _, _, w in found) and len(found) == p.n + p.m
+                assert sum(nouns[w] == category for _, _, w in found) == p.n
+                joints = [listed[b:listed.index(" ", a2 - 4 if listed[a2 - 3:a2] == "an " else a2 - 3)]
+                          for (_, b, _), (a2, _, _) in zip(found[:-1], found[1:], strict=True)]
+                assert joints == [","] * (len(found) - 2) + [" and"] * (len(found) > 1)  # "x, y and z"
+                user = p.prompt.index(listed, p.prompt.index(head))
+                message = {"count": f"Count how many {CATEGORIES[category][0]} are in the following list. Answer "
+                                    f"with a number.\nList:{listed}"}.get(p.config)
+                if message is not None:  # the whole text, rendered here
+                    assert p.prompt == _rendered(tok, template, [{"role": "user", "content": message}])[0]
+                _check_items(tok, p, template == "plain", [(user + a, user + b) for a, b, _ in found],
+                             [nouns[w] == category for _, _, w in found])
+
+
+def _write_jsonl(path, records) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return str(path)
+
+
+def _records() -> list[dict]:
+    """Records of every kind: text with spans and targets, a chat, a count of 0, items of several tokens."""
+    out = []
+    for i, (words, counted) in enumerate(((["apple", "pear", "apple", "plum"], "apple"),
+                                          (["strawberry", "x", "strawberry"], "strawberry"),
+                                          (["dog", "dog", "cat"], "bird"))):
+        text = f"Record {i}: how many {counted} here? " + ", ".join(words) + ". Reply with a number."
+        start = text.index("? ") + 2
+        spans, at = [], start
+        for w in words:
+            spans.append([at, at + len(w)])
+            at += len(w) + 2
+        targets = [w == counted for w in words]
+        out.append({"text": text, "count": sum(targets), "spans": spans, "targets": targets})
+    chat = "Now these: red, blue, red. How many red?"
+    out.append({"messages": [{"role": "user", "content": "Hello."}, {"role": "assistant", "content": "Hi."},
+                             {"role": "user", "content": chat}], "count": 2,
+                "spans": [[11, 14], [22, 25], [16, 20]], "targets": [True, True, False]})  # spans out of order
+    return out
+
+
+def test_file_task_items_and_counts_in_every_tokenizer(all_tokenizers, tmp_path):
+    records = _records()
+    path = _write_jsonl(tmp_path / "mine.jsonl", records)
+    for name, (tok, template) in all_tokenizers.items():
+        chat = [r for r in records if "messages" in r]
+        plain = template == "plain"
+        kept = [r for r in records if not (plain and "messages" in r)]
+        if plain:  # the plain template writes one message: a chat record is refused before any tokenizer
+            with pytest.raises(ConfigError, match="plain.*chat conversation") as caught:
+                build_prompts(tok, PromptSettings(task=f"file:{path}", template="plain"))
+            assert "\n" not in str(caught.value) and chat
+            path = _write_jsonl(tmp_path / f"{name}.jsonl", kept)
+        settings = PromptSettings(task=f"file:{path}", template=template)
+        prompts = build_prompts(tok, settings)
+        want = sorted(kept, key=lambda r: r["count"])  # count order, the file's within a count
+        assert [p.n for p in prompts] == [r["count"] for r in want] and settings.n_prompts() == len(kept)
+        for p, r in zip(prompts, want, strict=True):
+            messages = r.get("messages") or [{"role": "user", "content": r["text"]}]
+            text, special = _rendered(tok, template, messages)
+            assert p.prompt == text and (p.pair, p.config, p.seed) == ("file", "file", 0)
+            start = text.rindex(messages[-1]["content"])
+            order = sorted(range(len(r["spans"])), key=lambda i: r["spans"][i][0])
+            assert p.m == len(order) - p.n
+            _check_items(tok, p, special, [(start + r["spans"][i][0], start + r["spans"][i][1]) for i in order],
+                         [r["targets"][i] for i in order])
+        path = str(tmp_path / "mine.jsonl")
+
+
+def test_file_task_reads_csv_and_a_datasets_folder_as_jsonl(tok, tmp_path):
+    import csv
+
+    import datasets
+
+    records = [r for r in _records() if "text" in r]
+    jsonl = _write_jsonl(tmp_path / "a.jsonl", records)
+    with (tmp_path / "a.csv").open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["text", "count", "spans", "targets"])
+        for r in records:
+            writer.writerow([r["text"], r["count"], json.dumps(r["spans"]), json.dumps(r["targets"])])
+    datasets.Dataset.from_list(records).save_to_disk(str(tmp_path / "folder"))
+    want = build_prompts(tok, PromptSettings(task=f"file:{jsonl}"))
+    for other in (tmp_path / "a.csv", tmp_path / "folder"):
+        assert build_prompts(tok, PromptSettings(task=f"file:{other}")) == want
+    bare = _write_jsonl(tmp_path / "bare.jsonl", [{"text": r["text"], "count": r["count"]} for r in records])
+    prompts = build_prompts(tok, PromptSettings(task=f"file:{bare}", counts=[0, 1]))
+    assert [(p.n, p.m, p.item_indices, p.first_item_index) for p in prompts] == [(0, 0, (), -1)]
+    assert prompts[0].prompt == want[0].prompt and want[0].m == 3  # counts filter the records
+
+
+def test_the_example_file_loads_and_builds(tok):
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "docs" / "tasks" / "example.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    prompts = build_prompts(tok, PromptSettings(task=f"file:{path}"))
+    assert len(prompts) == len(lines) >= 4 and sorted(p.n for p in prompts) == sorted(r["count"] for r in lines)
+    assert any("messages" in r for r in lines) and all(len(p.item_indices) == len(r["spans"])
+                                                       for p, r in zip(prompts, sorted(lines, key=lambda r: r["count"]),
+                                                                       strict=True))
+
+
+BAD_FILES = [  # (file name, content, the message's words)
+    ("missing.jsonl", None, r"missing.jsonl: does not exist"),
+    ("empty.jsonl", "", r"empty.jsonl: holds no records"),
+    ("blank.csv", "text,count\n", r"blank.csv: holds no records"),
+    ("broken.jsonl", '{"text": "a", "count": 0}\n{"text": "b", "count":\n', r"broken.jsonl line 2: is not JSON"),
+    ("broken.csv", 'text,count\n"a",0\n"b"\n', r"broken.csv line 3: has not 2 cells"),
+    ("notes.txt", "a", r"notes.txt: must be a .jsonl or .csv file or a folder saved by datasets"),
+    ("nocount.jsonl", '{"text": "a b"}\n', r"line 1: a record needs count"),
+    ("notext.jsonl", '{"count": 1}\n', r"line 1: a record needs text or messages"),
+    ("both.jsonl", '{"text": "a", "messages": [], "count": 1}\n', r"line 1: a record holds text or messages, not both"),
+    ("badcount.jsonl", '{"text": "a", "count": "three"}\n', r"line 1: count must be a whole number, got 'three'"),
+    ("negative.jsonl", '{"text": "a", "count": -1}\n', r"line 1: count must be >= 0, got -1"),
+    ("disagree.jsonl", '{"text": "a a a", "count": 2, "spans": [[0, 1], [2, 3], [4, 5]]}\n',
+     r"line 1: count 2 disagrees with its 3 target spans"),
+    ("disagree2.jsonl", '{"text": "a b a", "count": 3, "spans": [[0, 1], [2, 3], [4, 5]], '
+                        '"targets": [true, false, true]}\n', r"line 1: count 3 disagrees with its 2 target spans"),
+    ("outside.jsonl", '{"text": "a a", "count": 0}\n{"text": "a a", "count": 2, "spans": [[0, 1], [2, 4]]}\n',
+     r"line 2: span \[2, 4\] lies outside the text \(characters 0..3\)"),
+    ("overlap.jsonl", '{"text": "abcd", "count": 2, "spans": [[0, 2], [1, 3]]}\n',
+     r"line 1: spans \[0, 2\] and \[1, 3\] overlap"),
+    ("targets.jsonl", '{"text": "a b", "count": 1, "spans": [[0, 1], [2, 3]], "targets": [true]}\n',
+     r"line 1: targets must be a list of 2 bools"),
+    ("lonely.jsonl", '{"text": "a b", "count": 1, "targets": [true]}\n', r"line 1: targets need spans"),
+    ("assistant.jsonl", '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "1"}], '
+                        '"count": 1}\n', r"line 1: the last message must be the user's"),
+    ("mixed.jsonl", '{"text": "a", "count": 1, "spans": [[0, 1]]}\n{"text": "a", "count": 1}\n',
+     r"line 2: has no spans while line 1 has"),
+]
+
+
+@pytest.mark.parametrize(("name", "content", "words"), BAD_FILES, ids=[b[0] for b in BAD_FILES])
+def test_a_bad_file_is_one_line_naming_task_before_any_tokenizer(tmp_path, name, content, words):
+    path = tmp_path / name
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ConfigError, match=words) as caught:
+        PromptSettings(task=f"file:{path}")
+    assert caught.value.field == "task" and "\n" not in str(caught.value)
+    assert str(caught.value).startswith(f"task: file {path}")
+
+
+def test_file_task_settings_and_analyses_refused_in_one_line(tmp_path):
+    from countlens.llm.heads.experiment import HeadsConfig
+    from countlens.llm.positions.experiment import PositionPatchingConfig
+
+    path = _write_jsonl(tmp_path / "a.jsonl", [{"text": "x y", "count": 1, "spans": [[0, 1], [2, 3]],
+                                                "targets": [True, False]}])
+    bare = _write_jsonl(tmp_path / "b.jsonl", [{"text": "x y", "count": 1}])
+    assert PromptSettings(task=f"file:{path}").configs == ["file"]
+    assert PromptSettings(task=f"file:{path}", configs=["tally", "count"]).configs == ["file"]  # not read
+    for options, field, words in (({"configs": ["count", "poem"]}, "configs", "its one wording is file"),
+                                  ({"per_count": 2}, "per_count", "per_count must be 1 for the task file"),
+                                  ({"counts": [0, 2]}, "counts", r"keep no record of the task's file \(its counts: 1\)"),
+                                  ({"task": "file"}, "task", "file needs its path")):
+        with pytest.raises(ConfigError, match=words) as caught:
+            PromptSettings(**{"task": f"file:{path}", **options})
+        assert caught.value.field == field and "\n" not in str(caught.value)
+    for config in (PositionPatchingConfig, HeadsConfig):
+        with pytest.raises(ConfigError, match="needs each item's position.*no item spans") as caught:
+            config(prompts=PromptSettings(task=f"file:{bare}", counts=[1]))
+        assert caught.value.field == "task" and "\n" not in str(caught.value)
+        with pytest.raises(ConfigError, match="task file does not define \\(a record names no text") as caught:
+            config(prompts=PromptSettings(task=f"file:{path}", counts=[1]))
+    with pytest.raises(ConfigError, match="needs each item's position"):
+        PromptSettings(task=f"file:{bare}").require_items("an items capture")
+    PromptSettings(task=f"file:{path}").require_items("an items capture")  # spans: items known
+
+
+def test_an_item_the_tokenizer_merges_is_named_with_its_record(tok, tmp_path):
+    word = "strawberry"  # one token in SmolLM2: two items inside it share that token
+    assert len(tok(" " + word, add_special_tokens=False)["input_ids"]) == 1
+    text = f"How many here? {word} and more."
+    start = text.index(word)
+    path = _write_jsonl(tmp_path / "m.jsonl", [
+        {"text": "Fine: a b", "count": 1, "spans": [[6, 7], [8, 9]], "targets": [True, False]},
+        {"text": text, "count": 1, "spans": [[start, start + 5], [start + 5, start + 10]], "targets": [True, False]}])
+    settings = PromptSettings(task=f"file:{path}")
+    with pytest.raises(ConfigError, match=r"item 0 'straw' \(characters \d+\.\.\d+\) is merged with a neighbouring "
+                                          r"item.* in the file's line 2") as caught:
+        build_prompts(tok, settings)
+    assert caught.value.field == "task" and "\n" not in str(caught.value)
+
+
+# --- corrupted twins per task (point 3) --------------------------------------------------------------------------
+
+def _letters_twin_exists(tok, template: str, prompt, j: int, region: tuple[int, int]) -> bool:
+    """Whether some other letter in place of item ``j`` keeps the prompt's length and every token outside the
+    tokens over that letter, by trying all 25 here (the prompt's text is rendered, so the letter is found in it)."""
+    enc = tok(prompt.prompt, add_special_tokens=template == "plain", return_offsets_mapping=True)
+    a, b = region
+    allowed = {i for i, (s, e) in enumerate(enc["offset_mapping"]) if e > s and s < b and e > a}
+    for letter in "abcdefghijklmnopqstuvwxyz":  # every letter but the counted r
+        ids = tok(prompt.prompt[:a] + letter + prompt.prompt[b:], add_special_tokens=template == "plain")["input_ids"]
+        if len(ids) == len(enc["input_ids"]):
+            differ = {i for i, (x, y) in enumerate(zip(enc["input_ids"], ids, strict=True)) if x != y}
+            if differ and differ <= allowed:
+                return True
+    return False
+
+
+@pytest.mark.parametrize("task", ["objects", "objects:category=vehicle", "letters:letter=r", "lists"])
+def test_corrupted_twins_change_one_item_and_nothing_else(all_tokenizers, task):
+    from countlens.llm.positions.experiment import corrupted_twin
+    from countlens.llm.tasks.objects import CATEGORIES
+
+    nouns = {w: cat for cat, (_, words) in CATEGORIES.items() for w in words}
+    kind = task.split(":")[0]
+    made = refused = 0
+    for name in ("smollm2", "llama-3", "real-qwen2", "real-llama3", "real-phi3"):
+        tok, template = all_tokenizers[name]
+        settings = PromptSettings(task=task, L=10, counts=[1, 4, 10], seeds=[0, 1], template=template,
+                                  pairs=[["a", "b"]], configs=["count", "tally"])
+        for clean in build_prompts(tok, settings):
+            for flip in ("first", "last"):
+                targets = [i for i, t in enumerate(clean.item_targets) if t]
+                j = targets[0] if flip == "first" else targets[-1]
+                try:
+                    pp = corrupted_twin(tok, clean, 0, settings, flip)
+                except ConfigError as exc:  # only where no letter keeps the other tokens (checked here)
+                    assert kind == "letters" and exc.field == "task" and "\n" not in str(exc)
+                    assert re.search(r"no corrupted twin of the same tokens: every replacement of item \d+ 'r'", str(exc))
+                    marker = "String: " if clean.config == "count" else "a string: "
+                    user = clean.prompt.rindex(marker) + len(marker)
+                    assert clean.prompt[user + j] == "r"
+                    assert not _letters_twin_exists(tok, template, clean, j, (user + j, user + j + 1))
+                    refused += 1
+                    continue
+                made += 1
+                twin = pp.corrupt
+                assert pp.flipped_item == j and pp.flipped_position == clean.item_indices[j]
+                assert (twin.n, twin.m, twin.n_tokens) == (clean.n - 1, clean.m + 1, clean.n_tokens)
+                differ = [i for i, (a, b) in enumerate(zip(clean.ids, twin.ids, strict=True)) if a != b]
+                assert differ and max(differ) <= pp.flipped_position and (kind != "lists" or differ == [j + clean.first_item_index])
+                assert list(twin.item_targets) == [t and i != j for i, t in enumerate(clean.item_targets)]
+                # the twin's text, counted independently, has one target fewer and as many items
+                head = {("objects", "count"): "\nList:", ("objects", "tally"): "list of objects:",
+                        ("letters", "count"): "String:", ("letters", "tally"): "a string:",
+                        ("lists", "count"): "Sequence:", ("lists", "tally"): "sequence of items:"}[kind, twin.config]
+                user = re.split(r"\n|<| \[", twin.prompt[twin.prompt.rindex(head) + len(head):])[0]
+                if kind == "objects":
+                    category = task.partition("=")[2] or "fruit"
+                    listed = re.findall(r"(?:^| )(?:a|an) ([a-z]+)", user)
+                    assert sum(nouns[w] == category for w in listed) == twin.n and len(listed) == twin.n + twin.m
+                elif kind == "letters":
+                    assert user.strip().count("r") == twin.n and len(user.strip()) == twin.n + twin.m
+                else:
+                    assert user.split().count("a") == twin.n and len(user.split()) == twin.n + twin.m
+    assert made >= 0.9 * (made + refused) and (kind == "letters" or refused == 0)
+
+
+def test_repeat_refuses_twins_with_its_reason():
+    from countlens.llm.positions.experiment import PositionPatchingConfig
+
+    with pytest.raises(ConfigError, match=r"task repeat does not define \(its question counts every word") as caught:
+        PositionPatchingConfig(prompts=PromptSettings(task="repeat", L=6, counts=[3], configs=["count"], seeds=[0]))
+    assert caught.value.field == "task" and "\n" not in str(caught.value)
+
+
+def test_a_twin_no_replacement_keeps_is_refused_in_one_line(tok):
+    from countlens.llm.positions.experiment import corrupted_twin
+
+    settings = PromptSettings(task="objects", L=6, counts=[3], configs=["count"], seeds=[0])
+    [clean] = build_prompts(tok, settings)
+
+    class Longer:  # a tokenizer whose every twin comes out one token longer
+        def __getattr__(self, name):
+            return getattr(tok, name)
+
+        def __call__(self, text, **kwargs):
+            out = tok(text, **kwargs)
+            return out if kwargs.get("return_offsets_mapping") else {"input_ids": [*out["input_ids"], 0]}
+
+    with pytest.raises(ConfigError, match=r"no corrupted twin of the same tokens: every replacement of item \d "
+                                          r"'an? [a-z]+' .*tried 48\)") as caught:
+        corrupted_twin(Longer(), clean, 0, settings, "last")
+    assert caught.value.field == "task" and "\n" not in str(caught.value)
+
+
+def test_counts_beyond_the_context_are_refused_in_the_tasks_own_terms(tiny_chat_model, capsys, tmp_path):
+    # repeat's prompt grows with its count, not with L: the refusal names --counts (the tiny model's context
+    # is 1,024 tokens), before any weight is read; lists names --L
+    from countlens.pipeline.cli import main
+
+    for task, extra, flag in (("repeat:separator=comma", ["--counts", "1100", "--L", "1100"], "--counts"),
+                              ("lists", ["--counts", "1050", "--L", "1100", "--pairs", "a/b"], "--L")):
+        code = main(["llm", "capture", "--model", str(tiny_chat_model), "--task", task, "--configs", "count",
+                     "--seeds", "0", *extra, "--out", str(tmp_path / "never"), "--quiet"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and "context is 1024" in err[0], (task, err)
+        assert f"lower {flag}" in err[0] or f"lower the largest of {flag}" in err[0], err[0]
+        assert not (tmp_path / "never").exists()

@@ -177,18 +177,110 @@ def test_an_organism_with_other_settings_is_refused(organism):
         plan_organism(OrganismConfig(**{**TINY, "seed": 1}), folder)
 
 
-def test_every_ground_truth_check_passes_on_the_organism(organism):
-    from countlens.llm.organisms.checks import ZERO, check_organism
+CHECK_NAMES = {"answers", "dead heads", "dead heads alike", "live heads first", "item-reading head ablated",
+               "DLA dead heads", "DLA live heads first", "boundary patching", "position patching: flipped item before",
+               "position patching: boundary before", "position patching: boundary after",
+               "probe after the live heads", "probe before the live heads", "steering slope"}
 
-    folder, _ = organism
-    result = check_organism(folder)
-    by_name = {c["name"]: c for c in result.checks}
-    assert set(by_name) == {"answers", "dead heads", "dead heads alike", "live heads first", "DLA dead heads",
-                            "DLA live heads first", "boundary patching", "probe after the live heads",
-                            "probe before the live heads"}
-    assert result.failed() == [], result.checks
-    assert by_name["dead heads"]["value"] <= ZERO and by_name["live heads first"]["value"] == [[0, 1]]
+
+@pytest.fixture(scope="module")
+def checked(organism):
+    """:func:`check_organism` of the tiny organism, run once."""
+    from countlens.core.threads import torch_threads
+    from countlens.llm.organisms.checks import check_organism
+
+    with torch_threads(1):
+        return check_organism(organism[0])
+
+
+def test_every_ground_truth_check_passes_on_the_organism(checked):
+    from countlens.llm.organisms.checks import DEAD, ZERO
+
+    by_name = {c["name"]: c for c in checked.checks}
+    assert set(by_name) == CHECK_NAMES
+    assert checked.failed() == [], checked.checks
+    # float64 makes a zeroed head's ablation exact: the absolute bound holds with nothing to spare
+    assert by_name["dead heads"]["value"] == 0.0 <= DEAD and by_name["live heads first"]["value"] == [[0, 1]]
     assert by_name["DLA dead heads"]["value"] <= ZERO and by_name["DLA live heads first"]["value"] == [[0, 1]]
+    # one block, one live head: ablating it leaves every boundary alike, so exactly one count in L + 1 is right
+    assert by_name["item-reading head ablated"]["value"] == pytest.approx(1 / 4)
+    # before the live block every residual is its own token's; after it the boundary alone answers
+    assert by_name["position patching: boundary before"]["value"] == 0.0
+    assert by_name["position patching: flipped item before"]["value"] == pytest.approx(1.0, abs=1e-5)
+    assert by_name["position patching: boundary after"]["value"] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_the_item_reading_ablation_fails_on_a_head_that_does_not_read(organism, loaded):
+    from countlens.llm.models import LoadedModel
+    from countlens.llm.organisms.checks import (
+        CHANCE_FACTOR,
+        ablated_ranking,
+        ablation_verdict,
+        removed_accuracy,
+    )
+    from countlens.llm.organisms.experiment import HELD_OUT_SEED
+
+    folder, result = organism
+    model, tok = loaded
+    spec = LoadedModel(model, tok, str(folder))
+    # the live head removed: one answer for every prompt of a wording, right on one count in four
+    assert removed_accuracy(result, spec, [HELD_OUT_SEED], (0, 1)) == (0.25, 8)
+    assert ablated_ranking(result, spec, [HELD_OUT_SEED], (0, 1)) == (1.0, 0.25, 4)
+    # the zeroed head 0.0 claimed as the item reader: removing it leaves the count, so the check fails
+    kept, prompts = removed_accuracy(result, spec, [HELD_OUT_SEED], (0, 0))
+    assert kept == 1.0
+    verdict = ablation_verdict(kept, 1.0, 3, (0, 0), prompts)
+    assert not verdict["passed"] and verdict["bound"] == CHANCE_FACTOR / 4
+
+
+def _summary(flipped_before, boundary_before, boundary_after):
+    """A doctored Figure 11 result of a one-block model (locations embed and blocks.0) with one normalised pair."""
+    from types import SimpleNamespace
+
+    rows = [{"name": "embed", "index": 0, "flipped": flipped_before, "boundary": boundary_before},
+            {"name": "blocks.0.hook_resid_post", "index": 1, "flipped": 0.0, "boundary": boundary_after}]
+    return SimpleNamespace(summary=rows, pairs=[SimpleNamespace(normalised=True)])
+
+
+@pytest.mark.parametrize("numbers, fails", [
+    ((1.0, 0.0, 1.0), set()),
+    ((0.6, 0.0, 1.0), {"position patching: flipped item before"}),  # the item's effect already left it
+    ((1.0, 0.3, 1.0), {"position patching: boundary before"}),  # a head before the live ones moved it
+    ((1.0, 0.0, 0.7), {"position patching: boundary after"}),  # a head after the live ones still moves it
+    ((None, None, None), {"position patching: flipped item before", "position patching: boundary before",
+                          "position patching: boundary after"}),  # no normalised pair: nothing to pass on
+])
+def test_the_position_checks_fail_where_the_numbers_do(numbers, fails):
+    from countlens.llm.organisms.checks import position_verdicts
+
+    checks = position_verdicts(_summary(*numbers), [[0, 1]])
+    assert {c["name"] for c in checks if not c["passed"]} == fails
+
+
+@pytest.mark.parametrize("shifts, passed", [
+    ([-1.0, 0.0, 1.0], True), ([-0.4, 0.0, 0.4], False), ([-2.0, 0.0, 2.0], False), ([0.0, 0.0, 0.0], False),
+    ([None, 0.0, None], False),
+])
+def test_the_steering_slope_fails_outside_its_band(shifts, passed):
+    from types import SimpleNamespace
+
+    from countlens.llm.organisms.checks import steering_slope, steering_verdict
+
+    curves = [{"delta": d, "mean_expected_shift": y} for d, y in zip([-1.0, 0.0, 1.0], shifts, strict=True)]
+    result = SimpleNamespace(curves={"mean-diff": curves}, location="blocks.0.hook_resid_post",
+                             config={"counts": [1, 2]})
+    assert steering_verdict(result)["passed"] is passed
+    if shifts[0] is not None:
+        assert steering_slope(result) == pytest.approx(shifts[2])
+
+
+def test_the_steering_window_keeps_every_step_inside_the_counts_seen():
+    from countlens.llm.organisms.checks import steering_window
+
+    for L in (1, 3, 10, 30, 100):
+        deltas, counts = steering_window(L)
+        assert 0.0 in deltas and len(deltas) >= 2 and len(counts) >= 1
+        assert all(0 <= n + d <= L for n in counts for d in deltas), L
 
 
 def test_the_head_checks_fail_where_the_circuit_is_not_what_is_claimed(organism, tmp_path):
@@ -235,3 +327,159 @@ def test_a_finished_organism_is_reused_from_the_cache(organism, tmp_path, monkey
     other = run_organism(OrganismConfig(**{**TINY, "seed": 5, "max_steps": 2, "eval_every": 2}), out=tmp_path / "o",
                          reuse=True)
     assert other.steps == 2 and not other.converged
+
+
+# ------------------------------------------------------------------------------------- toy <-> organism scaling
+
+def test_the_scaling_windows_are_the_papers_at_L_100_and_scale_below():
+    from countlens.llm.organisms.scaling import windows
+
+    assert windows(100) == ((1, 10), (91, 100))
+    assert windows(10) == ((1, 3), (8, 10)) and windows(30) == ((1, 3), (28, 30))
+
+
+def test_the_loglog_slope_and_its_spread():
+    from countlens.llm.organisms.scaling import loglog_slope, spread
+
+    L = [10, 30, 100]
+    assert loglog_slope(L, [2.0 * x**0.75 for x in L]) == pytest.approx(0.75)
+    assert loglog_slope(L, [None, 5.0, float("inf")]) is None  # one finite point: no slope
+    assert spread([1.0, 0.5, None]) == {"per_seed": [1.0, 0.5, None], "mean": 0.75, "std": 0.25}
+
+
+def test_the_boundary_geometry_of_an_arc_and_of_a_line():
+    from countlens.llm.organisms.scaling import boundary_geometry
+
+    L, step = 12, 0.1
+    n = np.repeat(np.arange(L + 1), 3)  # three rows per count, all at their centroid
+    arc = np.stack([np.cos(step * n), np.sin(step * n), np.zeros_like(n, dtype=float)], axis=1)
+    g = boundary_geometry(arc, n, L)
+    assert g["gap_ratio"] == pytest.approx(1.0)  # equal chords everywhere
+    assert g["endpoint_angle"] == pytest.approx(step * (L - 1))  # from count 1 to count L, seen from the origin
+    assert g["erank_ratio"] == pytest.approx(1.0)  # congruent windows
+    assert g["pca"]["counts"] == list(range(1, L + 1)) and sum(g["pca_explained"]) == pytest.approx(1.0)
+    line = np.outer(n, [1.0, 2.0, 0.0]) + [0.0, 0.0, 1.0]
+    g = boundary_geometry(line, n, L)
+    assert g["gap_ratio"] == pytest.approx(1.0) and g["pca_explained"][0] == pytest.approx(1.0)
+
+
+def test_the_exact_probe_norm_is_that_of_the_read_out_that_rounds():
+    from countlens.llm.organisms.scaling import probe_norm_exact
+
+    rng = np.random.default_rng(0)
+    n = np.repeat(np.arange(21), 10).astype(float)
+    a = 4.0  # the count written as n * a along one axis: the exact read-out has norm 1 / a
+    X = np.column_stack([a * n, rng.normal(size=(len(n), 3))])
+    got = probe_norm_exact(X, n)
+    # ridge may shrink the read-out as long as every validation row still rounds: at most by 1 / (L/2)
+    assert (1 - 1 / 10) / a - 1e-9 <= got["probe_norm"] <= 1 / a + 1e-9 and got["probe_best_acc"] == 1.0
+    assert probe_norm_exact(rng.normal(size=(len(n), 4)), n)["probe_norm"] is None  # nothing to read
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"Ls": [10]}, "Ls"), ({"Ls": [2, 10]}, "Ls"), ({"Ls": [10, 10]}, "Ls"), ({"seeds": []}, "seeds"),
+    ({"width": 15}, "width"), ({"llm_acts": "/nonexistent"}, "llm_acts"), ({"llm_location": "-1"}, "llm_location"),
+    ({"pairs": [["a", "a"]]}, "pairs"),
+])
+def test_a_bad_scaling_config_names_its_field(change, field):
+    from countlens.llm.organisms.scaling import ScalingConfig
+
+    with pytest.raises(ConfigError) as err:
+        ScalingConfig(**change).validate()
+    assert err.value.field == field
+
+
+SCALING_TEST = dict(Ls=[3, 4], seeds=[0], width=16, pairs=[["a", "b"]], configs=["count", "tally"], lr=1e-2,
+                    batch_size=16, max_steps=400, eval_every=20)
+
+
+@pytest.fixture(scope="module")
+def scaled(tmp_path_factory):
+    """(folder, result) of the scaling experiment at the test preset's sizes, run once (its own cache)."""
+    from countlens.core.threads import torch_threads
+    from countlens.llm.organisms.scaling import ScalingConfig, run_scaling
+
+    folder = tmp_path_factory.mktemp("scaling") / "s"
+    with pytest.MonkeyPatch.context() as mp, torch_threads(1):
+        mp.setenv("COUNTLENS_CACHE", str(tmp_path_factory.mktemp("scaling-cache")))
+        result = run_scaling(ScalingConfig(**SCALING_TEST), out=folder)
+    return folder, result
+
+
+def test_the_scaling_preset_is_the_tests():
+    from countlens.llm.organisms.scaling import PRESETS, ScalingConfig
+
+    assert PRESETS["test"] == ScalingConfig(**SCALING_TEST)
+    assert PRESETS["quick"].Ls == [10, 30] and len(PRESETS["quick"].seeds) == 2
+    assert PRESETS["full"].Ls == [10, 30, 100]
+
+
+def test_scaling_trains_one_head_organisms_and_sets_them_beside_the_toy(scaled):
+    from countlens.llm.organisms.experiment import read_organism
+    from countlens.llm.organisms.scaling import TOY_VARIANT, ScalingConfig, ScalingResult, loglog_slope, rates
+    from countlens.toy import b_min
+
+    folder, result = scaled
+    organisms = result.organisms()
+    assert [(r["L"], r["seed"]) for r in organisms] == [(3, 0), (4, 0)]
+    for r in organisms:
+        own = read_organism(folder / f"L{r['L']}-seed0")
+        assert (own.n_layers, own.n_heads, own.mlp_width) == (1, 1, 0) and own.converged
+        assert r["largest_parameter_norm"] == own.largest_parameter_norm
+        assert r["probe_norm"] is not None and r["probe_norm"] > 0
+        assert np.isfinite(r["gap_ratio"]) and np.isfinite(r["erank_ratio"]) and 0 <= r["endpoint_angle"] <= np.pi
+    toy = [r for r in result.rows if r["kind"] == "toy"]
+    assert [r["largest_parameter_norm"] for r in toy] == [b_min(TOY_VARIANT, L, 16) for L in (3, 4)]
+    assert result.rates["toy"] == pytest.approx(loglog_slope([3, 4], [r["largest_parameter_norm"] for r in toy]))
+    assert result.rates["organism_norm"]["per_seed"] == [
+        pytest.approx(loglog_slope([3, 4], [r["largest_parameter_norm"] for r in organisms]))]
+    assert result.rates["paper"] == 1.0 and "RMSNorm" in result.norm_placement
+    # an organism that does not count is left out of its seed's fit
+    failed = [dict(r, converged=False) if r["L"] == 4 and r["kind"] == "organism" else r for r in result.rows]
+    assert rates(ScalingConfig(**SCALING_TEST), failed)["organism_norm"]["per_seed"] == [None]
+    assert [p["label"] for p in result.pca] == [r["label"] for r in organisms]
+    result.save(folder)
+    assert ScalingResult.read(folder).to_dict() == result.to_dict()
+    assert (folder / "organism_scaling.csv").read_text().count("\n") == len(result.rows) + 1
+
+
+def test_the_scaling_view_shows_numbers_only_from_its_json(scaled):
+    import re
+    from types import SimpleNamespace
+
+    from countlens.core.report import Page, Section
+    from countlens.llm.organisms.figures import scaling_view
+
+    folder, result = scaled
+    result.save(folder)
+    page = Page(folder)
+    scaling_view(page, Section(SimpleNamespace(name="organism-scaling"), "organism_scaling.json", result))
+    html = "".join(page.parts)
+    assert html.count('class="v"') >= 2 * len(result.rows)
+    free = re.sub(r'<span class="v"[^>]*>[^<]*</span>|<[^>]+>', "", html)
+    assert not re.search(r"\d", free), free
+
+
+def test_scaling_reuses_its_organisms_and_draws_its_figure(scaled, tmp_path):
+    from countlens.core.threads import torch_threads
+    from countlens.llm.organisms.figures import draw_scaling
+    from countlens.llm.organisms.scaling import ScalingConfig, run_scaling
+
+    folder, result = scaled
+    stamp = (folder / "L3-seed0" / "model.safetensors").stat().st_mtime_ns
+    with torch_threads(1):
+        again = run_scaling(ScalingConfig(**SCALING_TEST), out=folder)
+    assert (folder / "L3-seed0" / "model.safetensors").stat().st_mtime_ns == stamp  # not retrained
+    assert again.rows == result.rows and again.rates == result.rates
+    assert {p.name for p in draw_scaling(result, tmp_path)} == {"organism_scaling.png", "organism_scaling.pdf"}
+
+
+def test_scaling_refuses_an_organism_folder_holding_something_else_before_training(tmp_path):
+    from countlens.llm.organisms.scaling import ScalingConfig, run_scaling
+
+    (tmp_path / "L4-seed0").mkdir()
+    (tmp_path / "L4-seed0" / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError) as err:
+        run_scaling(ScalingConfig(**SCALING_TEST), out=tmp_path)
+    assert err.value.field == "out" and "something other than an organism" in str(err.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["L4-seed0"]  # L3 was not trained first

@@ -1,0 +1,291 @@
+"""Tasks side by side: one model's analyses per counting task, and one comparison of them.
+
+``countlens reproduce --tasks T1,T2`` runs, for each task beyond the report's own (``--task``, ``lists`` by
+default), the model's capture (with its answers), probes, geometry and lenses (:func:`task_stages`) into
+``OUT/tasks/<task>/`` — a report of its own, resumable like any — with the model loaded once for all of
+them; ``countlens study --tasks`` does the same for every model. Then :class:`TasksResult`
+(``tasks.json``, ``tasks.csv``) holds per task, read back from those stages' saved results:
+
+- the model's own answers per count (greedy accuracy, the expected count over the candidate counts, the
+  correct count's rank-1 rate) and the counting capacity they give (docs/definitions.md §2.9);
+- the ridge probes per location (test R² and test rounded accuracy, validation-selected α; Figure 7);
+- the correct count's mean rank per location under the logit and the tuned lens, and under the model's own
+  read-out (Figure 13).
+
+Its figure (``tasks.png``/``.pdf``) puts the tasks on the same axes — accuracy and expected count against
+the count (where the accuracy collapses: the counting capacity), probe R² and the lens rank against relative
+depth — so the effect of the format (a separator, say) is visible at a glance; the report shows it with a
+table whose every number is read from ``tasks.json``.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from countlens.core.errors import ConfigError, literal
+from countlens.core.io import save_figure, write_text_atomic
+from countlens.core.locations import location_label, location_names
+from countlens.core.report import Page, table
+from countlens.core.results import Result
+from countlens.llm import CaptureResult, LensResult
+from countlens.llm.tasks import TASKS, parse_task
+from countlens.pipeline.experiments import SOURCE, by_name, study_stages
+from countlens.probes.probe import ProbeResult
+
+TASKS_DIR = "tasks"  # OUT/tasks/<task folder>/: one report per extra task
+TASKS_FILE = "tasks.json"
+TASKS_CSV = "tasks.csv"
+FIGURE_STEM = "tasks"
+LENS_STAGE = "lens"
+
+
+def parse_tasks(text: str) -> tuple[str, ...]:
+    """``--tasks``: tasks separated by commas, each ``NAME`` or ``NAME:option=value,...`` — a part that does
+    not start with a task's name continues the options of the task before it
+    (``lists,repeat:separator=comma,word=b,letters`` is three tasks). Each is checked
+    (:func:`~countlens.llm.tasks.parse_task`) and written as ``--task`` writes it; a task named twice is
+    refused (:class:`ConfigError` naming ``tasks``)."""
+    groups: list[str] = []
+    for part in (p.strip() for p in str(text).split(",")):
+        if not part:
+            continue
+        if part.partition(":")[0] in TASKS or not groups:
+            groups.append(part)
+        else:
+            groups[-1] += "," + part
+    if not groups:
+        raise ConfigError("tasks", "{tasks} must name at least one task")
+    tasks = []
+    for text_ in groups:
+        try:
+            tasks.append(parse_task(text_).text)
+        except ConfigError as exc:
+            raise ConfigError("tasks", "{tasks}: " + literal(str(exc))) from None
+    twice = sorted({t for t in tasks if tasks.count(t) > 1})
+    if twice:
+        raise ConfigError("tasks", f"{{tasks}} names {literal(', '.join(twice))} more than once")
+    return tuple(tasks)
+
+
+def task_folder_name(task: str) -> str:
+    """A folder name for the task ``task`` (``repeat:separator=comma`` -> ``repeat-separator-comma``)."""
+    name = re.sub(r"[^A-Za-z0-9._]+", "-", task).strip("-.")
+    return name or "task"
+
+
+def task_stages() -> list[str]:
+    """The stages ``reproduce --tasks`` runs per extra task: the study's model stages that read the model
+    (capture with answers, geometry, probes; not the toy construction and its comparison, the same for every
+    task) and the lenses."""
+    found, chosen = by_name(), [SOURCE]
+    for name in [*study_stages("model"), LENS_STAGE]:
+        reads = set(found[name].reads.values())
+        if name != SOURCE and reads and reads <= set(chosen):
+            chosen.append(name)
+    return chosen
+
+
+@dataclass
+class TaskSummary:
+    """One task's row of the comparison.
+
+    ``per_count``: per captured count ``n`` the model's greedy ``accuracy``, ``expected`` count and
+    ``rank1`` rate (None where the capture has no answer distribution). ``probe``: per location its
+    ``location`` label, ``depth`` (location / number of blocks), test ``r2`` and ``test_rounded_acc``
+    (seed means). ``lens``: per location the correct count's mean rank under the ``logit`` and the
+    ``tuned`` lens (1 = first), empty where the lenses did not run; ``model_rank``: the same under the model's
+    own read-out. ``best_probe``: the validation-selected location with its test rounded accuracy; ``best_lens``:
+    the location where the logit lens ranks the correct count best."""
+
+    task: str
+    report: str
+    n_blocks: int
+    prompts: int
+    accuracy: float | None
+    capacity: int | None
+    rank1_capacity: int | None
+    expected_mae: float | None
+    per_count: list[dict[str, Any]]
+    probe: list[dict[str, Any]]
+    best_probe: dict[str, Any]
+    lens: list[dict[str, Any]] = field(default_factory=list)
+    model_rank: float | None = None
+    best_lens: dict[str, Any] | None = None
+
+
+@dataclass
+class TasksResult(Result):
+    """The tasks of one model side by side: ``model``, the size ``preset`` and one :class:`TaskSummary` per
+    task, in the order asked (the report's own task first)."""
+
+    FILE: ClassVar[str] = TASKS_FILE
+    COMMAND: ClassVar[str] = "countlens reproduce --tasks"
+
+    model: str
+    preset: str
+    tasks: list[TaskSummary]
+
+    def tables(self) -> dict[str, tuple[list[str], list[list[Any]]]]:
+        """``tasks.csv``: one row per task and curve point — ``task, what, x, value`` (``what``: accuracy,
+        expected, rank1 against the count; probe_r2, probe_rounded_acc, logit_rank, tuned_rank against the
+        relative depth)."""
+        rows: list[list[Any]] = []
+        for t in self.tasks:
+            for r in t.per_count:
+                rows += [[t.task, key, r["n"], r.get(key)] for key in ("accuracy", "expected", "rank1")]
+            for r in t.probe:
+                rows += [[t.task, "probe_r2", r["depth"], r["r2"]],
+                         [t.task, "probe_rounded_acc", r["depth"], r["test_rounded_acc"]]]
+            for r in t.lens:
+                rows += [[t.task, "logit_rank", r["depth"], r["logit"]], [t.task, "tuned_rank", r["depth"], r["tuned"]]]
+        return {TASKS_CSV: (["task", "what", "x", "value"], rows)}
+
+
+def summarize_task(task: str, folder: Path, base: Path) -> TaskSummary:
+    """A task's :class:`TaskSummary` from the capture, probe and lens results saved under ``folder`` (a
+    report folder); ``report`` is its ``index.html`` relative to ``base``."""
+    meta = CaptureResult.read(folder / "capture").meta
+    n_blocks = int(meta.n_blocks)
+    depth = {name: i / n_blocks for i, name in enumerate(location_names(n_blocks))}
+    probes = ProbeResult.read(folder / "probe")
+    behaviour = probes.behaviour
+    per_count = [{"n": r["n"], "accuracy": r.get("accuracy"), "expected": r.get("expected"), "rank1": r.get("rank1")}
+                 for r in (behaviour.per_count or [])] if behaviour else []
+    probe = [{"location": location_label(loc.name), "depth": depth.get(loc.name, float("nan")),
+              "r2": loc.stat("r2")[0], "test_rounded_acc": loc.stat("test_rounded_acc")[0]}
+             for loc in probes.locations]
+    best = probes.best_location()
+    summary = TaskSummary(
+        task=task, report=os.path.relpath(folder / "index.html", base), n_blocks=n_blocks,
+        prompts=int(meta.n_prompts or (behaviour.rows if behaviour else 0)),
+        accuracy=behaviour.accuracy if behaviour else None, capacity=behaviour.capacity if behaviour else None,
+        rank1_capacity=behaviour.rank1_capacity if behaviour else None,
+        expected_mae=behaviour.expected_mae if behaviour else None, per_count=per_count, probe=probe,
+        best_probe={"location": location_label(best.name), "test_rounded_acc": best.stat("test_rounded_acc")[0],
+                    "r2": best.stat("r2")[0]})
+    lens_file = folder / LENS_STAGE / LensResult.FILE
+    if lens_file.is_file():
+        lens = LensResult.read(lens_file)
+        summary.lens = [{"location": loc["label"], "depth": loc["index"] / n_blocks,
+                         "logit": loc["logit"]["rank"], "tuned": loc["tuned"]["rank"]} for loc in lens.locations]
+        summary.model_rank = lens.model_readout.get("rank")
+        if summary.lens:
+            summary.best_lens = min(summary.lens, key=lambda r: r["logit"])
+    return summary
+
+
+def compare_tasks(entries: list[tuple[str, Path]], folder: Path, model: str, preset: str) -> TasksResult:
+    """The comparison of ``entries`` (task, its report folder), saved with its figure and page
+    (``index.html``) into ``folder``; each task's report is linked relative to it."""
+    folder = Path(folder)
+    result = TasksResult(model=model, preset=preset,
+                         tasks=[summarize_task(task, Path(f), folder) for task, f in entries])
+    result.save(folder)
+    save_figure(plot_tasks(result), folder / FIGURE_STEM)
+    write_text_atomic(folder / "index.html", render_tasks_page(folder))
+    return result
+
+
+# ------------------------------------------------------------------------------------------ the figure
+
+
+def plot_tasks(result: TasksResult):
+    """Four panels, one colour per task: greedy accuracy and expected count against the count (the line
+    y = n: a perfect counter), probe test R² and the logit lens's correct-count rank (log scale) against
+    relative depth."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(10.0, 7.0))
+    (acc, exp), (r2, rank) = axes
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    top = 0
+    for k, t in enumerate(result.tasks):
+        c = colours[k % len(colours)]
+        ns = [r["n"] for r in t.per_count]
+        top = max([top, *ns])
+        acc.plot(ns, [_nan(r["accuracy"]) for r in t.per_count], "-o", ms=2.5, color=c, label=t.task)
+        exp.plot(ns, [_nan(r["expected"]) for r in t.per_count], "-", color=c, label=t.task)
+        r2.plot([r["depth"] for r in t.probe], [r["r2"] for r in t.probe], "-o", ms=2.5, color=c, label=t.task)
+        if t.lens:
+            rank.plot([r["depth"] for r in t.lens], [r["logit"] for r in t.lens], "-o", ms=2.5, color=c,
+                      label=t.task)
+            rank.plot([r["depth"] for r in t.lens], [r["tuned"] for r in t.lens], "--", color=c)
+    exp.plot([0, top], [0, top], color="0.6", lw=0.8, label="expected = n")
+    acc.set(xlabel="count n", ylabel="greedy accuracy", title="the model's answers", ylim=(-0.03, 1.03))
+    exp.set(xlabel="count n", ylabel="expected count over the candidates", title="the answer distribution")
+    r2.set(xlabel="relative depth (location / blocks)", ylabel="probe test R²", title="ridge probes", xlim=(0, 1))
+    rank.set(xlabel="relative depth (location / blocks)", ylabel="correct count's mean rank",
+             title="lenses: logit solid, tuned dashed (1 = first)", xlim=(0, 1))
+    rank.set_yscale("log")
+    for ax in (acc, exp, r2, rank):
+        ax.legend(fontsize=7)
+    fig.suptitle(f"Tasks side by side: {result.model}")
+    fig.tight_layout()
+    return fig
+
+
+def _nan(value: Any) -> float:
+    return float("nan") if value is None else float(value)
+
+
+# ------------------------------------------------------------------------------------------ the page
+
+
+def tasks_section(page: Page, rel: str, prefix: str = "") -> None:
+    """The comparison in ``page``: its figure (``prefix`` + ``tasks.png``) and one row per task, every number
+    a span of ``rel`` (the ``tasks.json``); a task's name links its own report."""
+    data = page.load(rel)
+    if not data:
+        return
+    rows = []
+    for i, t in enumerate(data["tasks"]):
+        link = html.escape(prefix + t["report"])
+        lens = (f"{page.v(rel, 'tasks', i, 'best_lens', 'location')}: {page.v(rel, 'tasks', i, 'best_lens', 'logit')}"
+                if t.get("best_lens") else "—")
+        rows.append([f'<a href="{link}">{page.v(rel, "tasks", i, "task")}</a>',
+                     page.v_or_dash(rel, "tasks", i, "prompts"), page.v_or_dash(rel, "tasks", i, "accuracy"),
+                     page.v_or_dash(rel, "tasks", i, "capacity"), page.v_or_dash(rel, "tasks", i, "rank1_capacity"),
+                     page.v_or_dash(rel, "tasks", i, "expected_mae"),
+                     f"{page.v(rel, 'tasks', i, 'best_probe', 'location')}: "
+                     f"{page.v(rel, 'tasks', i, 'best_probe', 'test_rounded_acc')}",
+                     lens, page.v_or_dash(rel, "tasks", i, "model_rank")])
+    png = html.escape(prefix + FIGURE_STEM + ".png")
+    page.add(f'<figure><a href="{png}"><img src="{png}" alt="tasks side by side" loading="lazy"></a>'
+             f'<figcaption><a href="{png}">full-size PNG</a> · <a href="{html.escape(prefix + FIGURE_STEM)}.pdf">'
+             "PDF</a></figcaption></figure>")
+    page.add(table(["task", "prompts", "greedy accuracy", "capacity (greedy)", "capacity (rank one)",
+                    "expected count's mean error", "best probe: test rounded accuracy",
+                    "best logit lens: correct count's rank", "model's own rank"], rows, left=(0, 6, 7)))
+    page.caption("One row per task, each linking its own report. Greedy accuracy: the share of prompts the model "
+                 "answered with the right count; capacity: the largest count up to which at least half the prompts "
+                 "of every count are answered right, greedily or with the correct count ranked first; the expected "
+                 "count's mean error: the mean absolute difference between the expected count over the candidate "
+                 "counts and the true count. The best probe is chosen on validation and scored on test; the best "
+                 "logit-lens location is the one whose read-out ranks the correct count highest (mean rank, one is "
+                 "first), beside the rank under the model's own read-out. The figure puts the tasks on the same "
+                 "axes: where the accuracy falls against the count is the counting capacity; a gap between the "
+                 "probe's curve and the lenses' is a count that is linearly there but not read out as the answer. "
+                 "Definitions: docs/definitions.md.")
+    page.add(f'<p class="muted">Data: <a href="{html.escape(prefix + TASKS_FILE)}">{TASKS_FILE}</a>, '
+             f'<a href="{html.escape(prefix + TASKS_CSV)}">{TASKS_CSV}</a></p>')
+
+
+def render_tasks_page(folder: Path) -> str:
+    """``tasks/index.html``: the comparison alone, read from ``folder/tasks.json``."""
+    page = Page(Path(folder))
+    page.add(f"<h1>Tasks side by side: {page.v(TASKS_FILE, 'model')}</h1>")
+    page.add(f"<p>Preset {page.v(TASKS_FILE, 'preset')}.</p>")
+    tasks_section(page, TASKS_FILE)
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>countlens tasks</title>"
+            "<style>body{font-family:system-ui,sans-serif;max-width:80rem;margin:2em auto}table{border-collapse:"
+            "collapse}td,th{border:1px solid #ccc;padding:.2em .5em;text-align:right}img{max-width:100%}"
+            ".caption{color:#555;font-size:.85em}</style></head><body>" + "\n".join(page.parts) + "</body></html>\n")
+
+
+__all__ = ["TASKS_DIR", "TASKS_FILE", "TASKS_CSV", "parse_tasks", "task_folder_name", "task_stages", "TaskSummary",
+           "TasksResult", "summarize_task", "compare_tasks", "plot_tasks", "tasks_section", "render_tasks_page"]

@@ -1,0 +1,341 @@
+"""The toy theory on a real architecture (issue 32, point 4): a :class:`ScalingConfig` in, a
+:class:`ScalingResult` out (``organism_scaling.json`` and ``organism_scaling.csv``, one row per source).
+
+**The organisms** are as close to the toy as a stock architecture allows: one block of one head, attention-only
+(:class:`~countlens.llm.organisms.experiment.OrganismConfig` with ``layers = heads = 1``, ``attention_only``;
+the MLP is Llama's with its weights frozen at zero), counting one target among one distractor token in one
+wording by default (:data:`PAIR`, :data:`WORDING`: the toy counts one token among one other; and the boundary
+of a one-block model cannot read from the instruction which token is the target, so each pair would need its
+own target set), trained at every ``L`` of ``Ls`` for every seed of
+``seeds`` (each through :func:`~countlens.llm.organisms.experiment.run_organism`: resumable in its own folder,
+reused from the countlens cache). The norm placement Llama imposes — RMSNorm with a learned gain and no bias
+before attention and before the unembedding (pre-norm) — is the toy's ``softmax-preln-learned`` variant
+(:data:`TOY_VARIANT`): the toy column is that variant's ``B_min(L)`` at the organism's width
+(:func:`countlens.toy.b_min`), beside the paper's claimed rate (:data:`countlens.toy.CLAIMED`).
+
+**Per organism**, on a capture of its held-out prompts (every count 0..L, pair and wording, seeds
+:data:`~countlens.llm.organisms.experiment.HELD_OUT_SEED` on) at the boundary after its block:
+
+- the boundary geometry of the analysis room (:mod:`countlens.analysis.geometry`): Figure 5's gap ratio and
+  effective-rank ratio over the windows :func:`windows` (the paper's 1..10 and 91..100 at L = 100, scaled
+  with L below), Figure 6's PCA of the count centroids 1..L, and the endpoint angle (rad) between the
+  centroids of 1 and L;
+- the probe norm that rounds exactly: the smallest native ℓ2 norm on a ridge path
+  (:class:`countlens.probes.RidgePathProbe`, relative coefficients :data:`REL_ALPHAS`, rows split 0.6 / 0.2
+  / 0.2 by :func:`countlens.probes.split_rows`) whose validation rounded accuracy is 1 — the comparison's
+  ``probe_norm`` (``None``: no α reached it);
+- its own largest parameter-vector norm (:func:`countlens.llm.organisms.train.largest_parameter_norm`): the
+  organism's ``B``.
+
+**Rates**: per seed the least-squares slope of ``log B`` on ``log L`` (and of the probe norm) over the organisms
+that reached their target accuracy, their mean and standard deviation over seeds; the toy's slope over the same
+``L``; the paper's exponent.
+
+**The LLM column** (optional): the same geometry and probe norm on an existing capture (``llm_acts``, at
+``llm_location``, default its last), its ``L`` the capture's largest count; a capture holds no weights, so
+no ``B``.
+
+What it can show: whether a trained stock transformer's boundary geometry and norms grow with L as the toy's
+construction says its variant must. What it cannot: the organism's ``B`` counts every parameter vector (its
+untrained token embeddings and its norm gains too), and training reaches *a* solution, not the cheapest one —
+``B_min`` is a lower envelope the organism need not approach.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from countlens.core.errors import ConfigError, about, literal
+from countlens.core.fields import AtLeast, Ints, Positive, check_fields
+from countlens.core.options import ExperimentConfig
+from countlens.core.registry import Experiment, declare
+from countlens.core.results import Result, result_provenance
+from countlens.llm.models import DEFAULT_MODEL
+from countlens.llm.organisms.experiment import HELD_OUT_SEED, OrganismConfig, plan_organism, run_organism
+from countlens.llm.prompts import CONFIGURATIONS, DEFAULT_PAIRS, PromptSettings
+
+TOY_VARIANT = "softmax-preln-learned"
+NORM_PLACEMENT = ("pre-norm: RMSNorm with a learned gain and no bias before attention and before the "
+                  "unembedding (Llama's placement)")
+LOCATION = "blocks.0.hook_resid_post"  # the boundary after the organism's one block
+# Relative ridge coefficients of the probe-norm path: as the comparison's (countlens.analysis.compare), 0 the
+# minimum-norm fit, reaching far down since exact read-outs need weak regularisation.
+REL_ALPHAS = np.concatenate([[0.0], np.logspace(-14, 2, 65)])
+SPLIT_SEED = 0
+CAPTURE_SEEDS = 2  # held-out data seeds captured per organism
+# The toy counts one token among one other with nothing around them: the organisms count the first default
+# pair in one wording (a model of one block cannot learn from the wording which token is the target).
+PAIR = DEFAULT_PAIRS[0]
+WORDING = next(iter(CONFIGURATIONS))  # "count"
+ROW_KEYS = ("kind", "label", "L", "seed", "location", "converged", "held_out_accuracy", "steps", "train_seconds",
+            "largest_parameter_norm", "probe_norm", "probe_best_acc", "gap_ratio", "erank_ratio", "endpoint_angle",
+            "low", "high", "pca_explained")
+
+
+@dataclass
+class ScalingConfig(ExperimentConfig):
+    """The organisms of every ``L`` of ``Ls`` and seed of ``seeds``: one block of one head, attention-only, width
+    ``width``, trained with ``lr``, ``batch_size``, at most ``max_steps`` steps (held-out checks every
+    ``eval_every``) on ``pairs`` and ``configs`` with the tokenizer of ``tokenizer``, to ``target_accuracy``.
+    ``llm_acts``: an existing capture for the LLM column (optional), read at ``llm_location`` (a location name
+    or index; default its last)."""
+
+    Ls: list[int] = field(default_factory=lambda: [10, 30])
+    seeds: list[int] = field(default_factory=lambda: [0, 1])
+    width: int = 32
+    lr: float = 1e-2
+    batch_size: int = 32
+    max_steps: int = 3000
+    eval_every: int = 50
+    target_accuracy: float = 0.99
+    pairs: list[list[str]] = field(default_factory=lambda: [list(PAIR)])
+    configs: list[str] = field(default_factory=lambda: [WORDING])
+    tokenizer: str = DEFAULT_MODEL
+    llm_acts: str | None = None
+    llm_location: str | None = None
+
+    FIELDS: ClassVar[dict] = {"Ls": Ints(minimum=1, distinct=True), "seeds": Ints(minimum=0, distinct=True),
+                              "width": AtLeast(2), "lr": Positive(), "batch_size": AtLeast(1),
+                              "max_steps": AtLeast(1), "eval_every": AtLeast(1), "target_accuracy": Positive()}
+
+    def validate(self) -> ScalingConfig:
+        """Raise :class:`ConfigError` naming the field of a config that cannot run (reads no model)."""
+        check_fields(self, self.FIELDS)
+        if len(self.Ls) < 2:
+            raise ConfigError("Ls", f"{{Ls}} needs at least two lengths to fit a rate, got {list(self.Ls)}")
+        if min(self.Ls) < 3:
+            raise ConfigError("Ls", f"{{Ls}} must be >= 3: the gap windows need three counts each, got {min(self.Ls)}")
+        if not self.seeds:
+            raise ConfigError("seeds", "{seeds} must name at least one seed")
+        for L in self.Ls:
+            self.organism(L, self.seeds[0]).validate()  # width, pairs, configs: the organism's own checks
+        if self.llm_acts is not None and not Path(self.llm_acts, "meta.json").is_file():
+            raise ConfigError("llm_acts", "{llm_acts} must name a capture folder (with meta.json), got "
+                                          + literal(repr(str(self.llm_acts))))
+        if self.llm_location is not None and self.llm_acts is None:
+            raise ConfigError("llm_location", "{llm_location} names a location of {llm_acts}, which is not given",
+                              also=("llm_acts",))
+        return self
+
+    def organism(self, L: int, seed: int) -> OrganismConfig:
+        """The :class:`OrganismConfig` of length ``L`` and seed ``seed``: one block, one head, attention-only."""
+        return OrganismConfig(L=int(L), layers=1, heads=1, width=self.width, attention_only=True, live_heads=None,
+                              seed=int(seed), tokenizer=self.tokenizer, pairs=[list(p) for p in self.pairs],
+                              configs=list(self.configs), lr=self.lr, batch_size=self.batch_size,
+                              max_steps=self.max_steps, eval_every=self.eval_every,
+                              target_accuracy=self.target_accuracy)
+
+
+@dataclass
+class ScalingResult(Result):
+    """One row per source (``rows``, also ``organism_scaling.csv``): ``kind`` (``organism``, ``toy``, ``llm``),
+    ``L``, ``seed`` (organisms), ``converged``, ``held_out_accuracy``, ``steps``, ``train_seconds``,
+    ``largest_parameter_norm`` (the organism's ``B``; the toy's ``B_min``), ``probe_norm`` (smallest native
+    norm of an exactly rounding ridge probe; ``None`` where none), ``probe_best_acc``, ``gap_ratio``,
+    ``erank_ratio``, ``endpoint_angle`` (rad), ``low`` / ``high`` (the windows), ``pca_explained`` (two
+    ratios). ``pca``: per organism and LLM row (same order, ``label``) the centroids' PCA coordinates per count.
+    ``rates``: the log-log slopes (``organism_norm``: per seed, mean, std; ``organism_probe_norm``: the same;
+    ``toy``: B_min's slope; ``paper``: the claimed exponent, ``paper_text`` as printed)."""
+
+    FILE: ClassVar[str] = "organism_scaling.json"
+    CSV: ClassVar[str] = "organism_scaling.csv"
+    RECORDS: ClassVar[dict[str, str]] = {CSV: "rows"}
+    COMMAND: ClassVar[str] = "countlens organism scaling"
+
+    config: dict[str, Any]
+    norm_placement: str
+    toy_variant: str
+    location: str
+    rows: list[dict[str, Any]]
+    pca: list[dict[str, Any]]
+    rates: dict[str, Any]
+    seconds: float = 0.0
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    def organisms(self) -> list[dict[str, Any]]:
+        return [r for r in self.rows if r["kind"] == "organism"]
+
+
+# ------------------------------------------------------------------------------------------ numerics
+
+def windows(L: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """Figure 5's low and high count windows at length ``L``: ``w = max(3, L // 10)`` counts each,
+    ``(1, w)`` and ``(L − w + 1, L)`` — the paper's 1..10 and 91..100 at L = 100."""
+    w = max(3, int(L) // 10)
+    return (1, w), (int(L) - w + 1, int(L))
+
+
+def loglog_slope(L, values) -> float | None:
+    """Least-squares slope of ``log values`` on ``log L`` over the finite positive values (None if < 2)."""
+    L, values = np.asarray(L, dtype=np.float64), np.asarray([np.nan if v is None else v for v in values],
+                                                             dtype=np.float64)
+    keep = np.isfinite(values) & (values > 0)
+    if keep.sum() < 2 or len(np.unique(L[keep])) < 2:
+        return None
+    return float(np.polyfit(np.log(L[keep]), np.log(values[keep]), 1)[0])
+
+
+def spread(slopes: list[float | None]) -> dict[str, Any]:
+    """Per-seed slopes, their mean and standard deviation (ddof 0; ``None`` without a finite slope)."""
+    finite = [s for s in slopes if s is not None]
+    return {"per_seed": slopes, "mean": float(np.mean(finite)) if finite else None,
+            "std": float(np.std(finite)) if finite else None}
+
+
+def probe_norm_exact(X: np.ndarray, y: np.ndarray, seed: int = SPLIT_SEED) -> dict[str, Any]:
+    """The smallest native norm on the ridge path whose validation rounded accuracy is 1 (``probe_norm``,
+    ``None``: none), and the validation-selected probe's test rounded accuracy (``probe_best_acc``). X (rows,
+    d), y (rows,) counts; raw coordinates (no standardisation)."""
+    from countlens.probes import RidgePathProbe, native_norm, rounded_accuracy, split_rows
+
+    X, y = np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    train, val, test = split_rows(len(y), seed)
+    probe = RidgePathProbe(REL_ALPHAS, standardize=False, relative=True, refit=False).fit(X[train], y[train],
+                                                                                          X[val], y[val])
+    norms = native_norm(probe.coef_path_)  # (A,)
+    exact = np.flatnonzero(probe.val_rounded_acc_ == 1.0)
+    return {"probe_norm": float(norms[exact].min()) if exact.size else None,
+            "probe_best_acc": float(rounded_accuracy(y[test], probe.predict(X[test])))}
+
+
+def boundary_geometry(X: np.ndarray, n: np.ndarray, L: int) -> dict[str, Any]:
+    """The analysis room's geometry of boundary vectors ``X`` (rows, d) with counts ``n`` (rows,): gap and
+    effective-rank ratios over :func:`windows`, the endpoint angle between counts 1 and ``L``, the PCA of the
+    centroids of counts 1..L (``counts``, ``coords`` (k, 2), ``explained`` (2,))."""
+    from countlens.analysis import count_centroids, endpoint_angle, erank_ratio, gap_ratio, pca_2d
+
+    counts, C = count_centroids(np.asarray(X, dtype=np.float64), np.asarray(n))
+    low, high = windows(L)
+    keep = (counts >= 1) & (counts <= L)
+    coords, explained = pca_2d(C[keep])
+    return {"gap_ratio": gap_ratio(counts, C, low, high), "erank_ratio": erank_ratio(counts, C, low, high),
+            "endpoint_angle": endpoint_angle(counts, C, (1, int(L))), "low": list(low), "high": list(high),
+            "pca_explained": explained.tolist(),
+            "pca": {"counts": counts[keep].tolist(), "coords": coords.tolist()}}
+
+
+def capture_metrics(acts: str | Path, location: str, L: int) -> dict[str, Any]:
+    """:func:`boundary_geometry` and :func:`probe_norm_exact` of the boundary rows of the capture ``acts`` at
+    ``location``."""
+    from countlens.core.capture import open_capture
+
+    capture = open_capture(acts).boundary()
+    X, n = capture.acts(location), capture.counts()
+    return {**boundary_geometry(X, n, L), **probe_norm_exact(X, n)}
+
+
+# ------------------------------------------------------------------------------------------ the run
+
+def organism_row(config: ScalingConfig, L: int, seed: int, out: Path, work: Path, progress: bool) -> dict[str, Any]:
+    """Train (or resume, or reuse) the organism of ``(L, seed)`` in ``out``, capture its held-out prompts into
+    ``work`` and measure it."""
+    from countlens.llm.capture.experiment import CaptureConfig, run_capture
+    from countlens.llm.models import ModelSpec
+
+    organism = run_organism(config.organism(L, seed), out=out, progress=progress, reuse=True)
+    prompts = PromptSettings(L=L, counts=list(range(L + 1)), per_count=1, pairs=config.pairs, configs=config.configs,
+                             seeds=[HELD_OUT_SEED + j for j in range(CAPTURE_SEEDS)])
+    acts = work / f"acts-L{L}-seed{seed}"
+    run_capture(CaptureConfig(model=ModelSpec(model=str(out)), prompts=prompts), acts, progress=False)
+    return {"kind": "organism", "label": f"organism L={L} seed={seed}", "L": L, "seed": seed, "location": LOCATION,
+            "converged": organism.converged, "held_out_accuracy": organism.held_out_accuracy,
+            "steps": organism.steps, "train_seconds": organism.train_seconds,
+            "largest_parameter_norm": organism.largest_parameter_norm, **capture_metrics(acts, LOCATION, L)}
+
+
+def toy_rows(config: ScalingConfig) -> list[dict[str, Any]]:
+    """The toy variant with the organism's placement (:data:`TOY_VARIANT`) at every ``L``, at ``d = width``."""
+    from countlens.toy import b_min
+
+    return [{"kind": "toy", "label": f"toy {TOY_VARIANT} L={L}", "L": int(L), "seed": None,
+             "largest_parameter_norm": float(b_min(TOY_VARIANT, int(L), int(config.width)))} for L in config.Ls]
+
+
+def llm_row(config: ScalingConfig) -> dict[str, Any]:
+    """The LLM column from the capture ``llm_acts`` at ``llm_location`` (default its last location)."""
+    from countlens.core.capture import open_capture
+    from countlens.core.locations import resolve_location
+
+    with about("llm_acts"):
+        meta = open_capture(config.llm_acts, rows=False).meta
+    names = list(meta.locations)
+    with about("llm_location"):
+        location = names[resolve_location(names, config.llm_location if config.llm_location is not None else -1)]
+    L = int(max(meta.counts))
+    with about("llm_acts"):
+        metrics = capture_metrics(config.llm_acts, location, L)
+    return {"kind": "llm", "label": f"LLM {meta.model_id} at {location}", "L": L, "seed": None,
+            "largest_parameter_norm": None, "location": location, **metrics}
+
+
+def rates(config: ScalingConfig, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The log-log slopes of the organisms' ``B`` and probe norm per seed (with mean and std), and the toy's. An
+    organism that did not reach its target accuracy is left out of its seed's fit (it is no counting solution);
+    a seed with fewer than two counting organisms has no slope (``None``)."""
+    from countlens.toy import CLAIMED
+
+    counting = [r for r in rows if r["kind"] == "organism" and r["converged"]]
+    per_seed = {key: [loglog_slope([r["L"] for r in counting if r["seed"] == s],
+                                   [r[key] for r in counting if r["seed"] == s])
+                      for s in config.seeds] for key in ("largest_parameter_norm", "probe_norm")}
+    toy = [r for r in rows if r["kind"] == "toy"]
+    text, exponent = CLAIMED[TOY_VARIANT]
+    return {"organism_norm": spread(per_seed["largest_parameter_norm"]),
+            "organism_probe_norm": spread(per_seed["probe_norm"]),
+            "toy": loglog_slope([r["L"] for r in toy], [r["largest_parameter_norm"] for r in toy]),
+            "paper": exponent, "paper_text": text}
+
+
+def run_scaling(config: ScalingConfig, *, out: str | os.PathLike, progress: bool = False) -> ScalingResult:
+    """Every organism of ``config`` trained (or resumed, or reused) in ``out/L{L}-seed{s}``, measured, and
+    set beside the toy and the optional LLM capture. Every organism's settings, folder and tokenizer are
+    checked (:func:`~countlens.llm.organisms.experiment.plan_organism`) before the first one trains."""
+    started = time.perf_counter()
+    config.validate()
+    out = Path(out)
+    folders = {(L, s): out / f"L{L}-seed{s}" for L in config.Ls for s in config.seeds}
+    for (L, s), folder in folders.items():
+        try:
+            with about("out"):
+                plan_organism(config.organism(L, s), folder)
+        except ConfigError as exc:  # an organism's field L is one of this config's Ls
+            raise exc.under("Ls") if exc.field == "L" else exc from None
+    if config.llm_acts is not None:
+        llm = llm_row(config)  # a bad capture is refused before any training
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="countlens-scaling-") as tmp:
+        for (L, s), folder in folders.items():
+            rows.append(organism_row(config, int(L), int(s), folder, Path(tmp), progress))
+    rows += toy_rows(config)
+    if config.llm_acts is not None:
+        rows.append(llm)
+    pca = [{"label": r["label"], "kind": r["kind"], **r.pop("pca")} for r in rows if "pca" in r]
+    rows = [{k: r.get(k) for k in ROW_KEYS} for r in rows]  # one table: every row every column
+    return ScalingResult(asdict(config), NORM_PLACEMENT, TOY_VARIANT, LOCATION, rows, pca, rates(config, rows),
+                         round(time.perf_counter() - started, 3), result_provenance(config))
+
+
+# Sizes. quick: L = 10, 30, two seeds; full: L = 10, 30, 100, three seeds; test: L = 3, 4 of a width-16
+# organism on one pair and two wordings, one seed (seconds each).
+PRESETS = {"quick": ScalingConfig(),
+           "full": ScalingConfig(Ls=[10, 30, 100], seeds=[0, 1, 2], max_steps=6000),
+           "test": ScalingConfig(Ls=[3, 4], seeds=[0], width=16, configs=["count", "tally"], batch_size=16,
+                                 max_steps=400, eval_every=20)}
+
+declare(Experiment(
+    "organism-scaling", "The toy theory on a real architecture: one-head organisms against L", ScalingConfig,
+    run_scaling, ScalingResult, order=920, places={"out": "organisms"},
+    figure="countlens.llm.organisms.figures:draw_scaling", plot="countlens.llm.organisms.figures:plot_scaling",
+    view="countlens.llm.organisms.figures:scaling_view", options={"progress": True}, presets=PRESETS))
+
+
+__all__ = ["TOY_VARIANT", "NORM_PLACEMENT", "LOCATION", "REL_ALPHAS", "ROW_KEYS", "ScalingConfig", "ScalingResult", "windows",
+           "loglog_slope", "spread", "probe_norm_exact", "boundary_geometry", "capture_metrics", "organism_row",
+           "toy_rows", "llm_row", "rates", "run_scaling", "PRESETS"]
