@@ -37,7 +37,8 @@ class Experiment:
     report. ``reads`` maps a config field to the experiment whose ``output`` (a path inside that experiment's
     stage folder: ``"acts"``, ``"probes.json"``, ``""`` for the folder itself) the field is set to. ``presets``
     maps a size preset to the config at that size, or — for an experiment that ``reads`` — a function taking
-    the read paths as keywords (``ProbeConfig`` itself, ``partial(SteeringConfig, max_prompts=4)``). ``inherits``
+    the read paths as keywords (``ProbeConfig`` itself, ``partial(SteeringConfig, max_prompts=4)``), or ``None``
+    where the experiment is no stage of a report at that size (too slow for ``make demo``, say). ``inherits``
     names settings copied from the run's capture config (``model``, ``template``, ``device``, ...), so an
     experiment runs the capture's model and wording. ``uses_model`` (or a function of the config) says the
     stage is handed the run's loaded model. ``options`` (or a function of the config) are run keywords that
@@ -77,7 +78,7 @@ class Experiment:
     def preset(self, name: str, **paths: str) -> Any:
         """The config at size preset ``name``; ``paths`` (one per field of ``reads``: where the read
         experiments' outputs lie) go to a preset that is a function."""
-        value = self.presets[name]
+        value = self.presets[name]  # None: not part of a report at this size (its own command still runs it)
         return value(**paths) if callable(value) else value
 
     def draw(self) -> Callable[[Any, Path], Any] | None:

@@ -71,6 +71,8 @@ def build_stages(preset: str, capture: dict[str, Any] | None = None) -> list[Sta
             config = captured
         else:
             config = e.preset(preset, **read_paths(e))
+            if config is None:  # the experiment declares no report stage at this size
+                continue
             if e.inherits:
                 try:
                     config = with_options(config, **{k: _inherited(captured, k) for k in e.inherits})

@@ -86,17 +86,20 @@ def mean_std(values: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray,
 
 def item_masks(prompts, roles: Sequence[np.ndarray], T: int) -> tuple[Any, Any]:
     """(target, distractor) (B, T) bool key masks of left-padded ``prompts`` of width ``T``; ``roles[i]``:
-    prompt i's items in order, True for a target."""
+    prompt i's items in order, True for a target. An item is its token (``item_indices``: for an item of
+    several tokens its last; without them the items are the tokens ``first_item_index..last_item_index``); a
+    token that holds a target (letters sharing a token) is a target token, never also a distractor."""
     import torch
 
     target = torch.zeros((len(prompts), T), dtype=torch.bool)
     distractor = torch.zeros_like(target)
     for b, (p, role) in enumerate(zip(prompts, roles, strict=True)):
         if len(role):
-            at = torch.arange(p.first_item_index, p.last_item_index + 1) + (T - p.n_tokens)
-            kind = torch.as_tensor(np.asarray(role, dtype=bool))
-            target[b, at[kind]] = True
-            distractor[b, at[~kind]] = True
+            kind = np.asarray(role, dtype=bool)
+            at = (np.asarray(p.item_indices) if p.item_indices
+                  else np.arange(p.first_item_index, p.last_item_index + 1)) + (T - p.n_tokens)
+            target[b, torch.as_tensor(at[kind])] = True
+            distractor[b, torch.as_tensor(np.setdiff1d(at[~kind], at[kind]))] = True
     return target, distractor
 
 

@@ -159,10 +159,14 @@ def ablated_layers(spec: str | None, n_blocks: int) -> list[int]:
 
 
 def prompt_roles(prompts: list[Prompt], settings: PromptSettings) -> list[np.ndarray]:
-    """Each prompt's items in order, True for a target (its arrangement, as
-    :func:`~countlens.llm.prompts.build_prompts` drew it: the ``k``-th prompt of its count in its group)."""
+    """Each prompt's items in order, True for a target: the prompt's own ``item_targets`` (every task), else its
+    arrangement as :func:`~countlens.llm.prompts.build_prompts` drew it (the ``k``-th prompt of its count in
+    its group)."""
     roles, seen = [], Counter()
     for p in prompts:
+        if p.item_targets:
+            roles.append(np.asarray(p.item_targets, dtype=bool))
+            continue
         group = (p.seed, p.config, p.pair, p.n)
         items = arrangement(p.seed, p.n, seen[group], settings.L)
         seen[group] += 1

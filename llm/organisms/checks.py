@@ -60,6 +60,10 @@
   more item moves the boundary on average, so a model that reads the count linearly along that direction
   moves one count per unit; the band allows the mean-difference direction to be only partly the one the
   read-out uses, and the expected count's pull towards the middle of the counts;
+- ``AtP dead heads`` / ``AtP live heads first``: attribution patching (Figure 15,
+  :func:`countlens.llm.attribution.experiment.run_attribution`) estimates zero for every zeroed head (the
+  gradient through a zero slice of the output projection is exactly zero; at most :data:`DEAD` nats), and
+  ranks the live heads first by mean |estimate|, as activation patching of the same cells does;
 - ``probe after the live heads`` / ``probe before the live heads``: ridge probes (Figure 7,
   :func:`countlens.probes.probe.run_probes`) on a capture of held-out prompts read the count at the boundary
   (test rounded accuracy at least :data:`PROBED`) at the first residual location after the first block with a
@@ -412,6 +416,49 @@ def position_checks(model: ModelSpec, organism, loaded, seeds: list[int], item_b
     return position_verdicts(result, organism.live_heads, item_block)
 
 
+def attribution_verdicts(result, live_heads) -> list[dict[str, Any]]:
+    """The attribution-patching checks from one Figure 15 run (:class:`~countlens.llm.attribution.
+    experiment.AttributionResult`): AtP's estimate for every zeroed head is zero (its slice of the output
+    projection is zero, so the gradient through it is exactly zero: at most :data:`DEAD` nats, absolute), and
+    the heads AtP ranks first by mean |estimate| are exactly the live ones, as activation patching's are; the
+    heads' Spearman ρ between the two is in the detail."""
+    live = {tuple(h) for h in live_heads}
+    heads = [c for c in result.cells if c["kind"] == "head"]
+    dead = [abs(c["atp"]) for c in heads if (c["layer"], c["head"]) not in live]
+    worst = max(dead) if dead else 0.0
+    by_head: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    for c in heads:
+        by_head.setdefault((c["layer"], c["head"]), []).append((abs(c["atp"]), abs(c["act"])))
+    means = {h: np.mean(v, axis=0) for h, v in by_head.items()}
+    top_atp = {h for h in sorted(means, key=lambda h: -means[h][0])[:len(live)]}
+    top_act = {h for h in sorted(means, key=lambda h: -means[h][1])[:len(live)]}
+    rho = result.agreement.get("head", {}).get("spearman")
+    fmt = ", ".join(f"{b}.{h}" for b, h in sorted(top_atp))
+    return [_check("AtP dead heads", worst, DEAD, "<=",
+                   f"largest |AtP estimate| of a zeroed head over {len(dead)} head cells (nats)"),
+            _check("AtP live heads first", top_atp == live and top_act == live, True, "==",
+                   f"AtP's first heads {fmt}; activation patching's "
+                   f"{', '.join(f'{b}.{h}' for b, h in sorted(top_act))}; heads' Spearman rho "
+                   + ("n/a" if rho is None else f"{rho:.3f}"))]
+
+
+def attribution_checks(model: ModelSpec, organism, loaded, seeds: list[int]) -> list[dict[str, Any]]:
+    """:func:`attribution_verdicts` of Figure 15 on the prompts of the position checks (counts whose answers are
+    one token, the first pair, wording and seed), the twin's activations patched into the clean run."""
+    from countlens.llm.attribution.experiment import AttributionConfig, run_attribution
+    from countlens.llm.prompts import PromptSettings
+
+    config = organism.config
+    L = int(config["L"])
+    single = one_token_counts(loaded.tokenizer, L)
+    usable = [n for n in single if n >= 1 and n - 1 in single]
+    counts = sorted({usable[i] for i in np.linspace(0, len(usable) - 1, 2).round().astype(int)})
+    prompts = PromptSettings(L=L, counts=counts, per_count=1, pairs=config["pairs"][:1],
+                             configs=config["configs"][:1], seeds=seeds[:1])
+    result = run_attribution(AttributionConfig(model=model, prompts=prompts, positions="items"), loaded=loaded)
+    return attribution_verdicts(result, organism.live_heads)
+
+
 def steering_slope(result) -> float:
     """Least-squares slope of the mean expected-count change on Δ along ``mean-diff`` in a Figure 9b
     ``result`` (:class:`~countlens.llm.steering.experiment.SteeringResult`), counts per unit Δ; NaN with
@@ -515,7 +562,8 @@ def check_organism(folder: str | Path, work: str | Path | None = None, progress:
               item_ablation_check(organism, loaded, seeds, heads),
               *components_checks(model, organism, loaded, seeds),
               patching_check(model, organism, loaded, seeds, loaded.tokenizer),
-              *position_checks(model, organism, loaded, seeds, item[0])]
+              *position_checks(model, organism, loaded, seeds, item[0]),
+              *attribution_checks(model, organism, loaded, seeds)]
     with tempfile.TemporaryDirectory(prefix="countlens-organism-") as tmp:
         place = Path(work) if work is not None else Path(tmp)
         checks += probe_checks(model, organism, loaded, place)
@@ -542,7 +590,7 @@ declare(Experiment(
     presets={p: OrganismChecksConfig for p in ("quick", "full", "test")}))
 
 
-__all__ = ["OrganismChecksConfig", "run_checks", "ACCURACY", "ZERO", "DEAD", "CHANCE_FACTOR", "KEPT", "LEAK", "SLOPE",
+__all__ = ["attribution_verdicts", "attribution_checks", "OrganismChecksConfig", "run_checks", "ACCURACY", "ZERO", "DEAD", "CHANCE_FACTOR", "KEPT", "LEAK", "SLOPE",
            "PATCHED", "PROBED", "OrganismChecks", "spread_pairs", "answers_check", "exact_copy", "heads_run",
            "heads_checks", "item_reading_head", "ablation_verdict", "removed_accuracy", "ablated_ranking", "item_ablation_check",
            "components_checks", "patching_check", "live_blocks", "position_verdicts", "position_checks",

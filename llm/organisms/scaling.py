@@ -333,7 +333,9 @@ declare(Experiment(
     "organism-scaling", "The toy theory on a real architecture: one-head organisms against L", ScalingConfig,
     run_scaling, ScalingResult, order=920, places={"out": "organisms"},
     figure="countlens.llm.organisms.figures:draw_scaling", plot="countlens.llm.organisms.figures:plot_scaling",
-    view="countlens.llm.organisms.figures:scaling_view", options={"progress": True}, presets=PRESETS))
+    # not in the quick report (make demo): its quick organisms take about 18 minutes on 2 cores to train
+    view="countlens.llm.organisms.figures:scaling_view", options={"progress": True},
+    presets={**PRESETS, "quick": None}))
 
 
 __all__ = ["TOY_VARIANT", "NORM_PLACEMENT", "LOCATION", "REL_ALPHAS", "ROW_KEYS", "ScalingConfig", "ScalingResult", "windows",

@@ -58,7 +58,7 @@ def test_train_check_reuse_and_capture_on_the_organism(tmp_path, capsys):
     assert "other settings" in capsys.readouterr().err
     assert organism("check", "--model", str(out), "--out", str(tmp_path / "checks"), "--quiet", "--threads", "1") == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 14 and all(line.startswith("organism check: PASS") for line in lines)  # one per check
+    assert len(lines) == 16 and all(line.startswith("organism check: PASS") for line in lines)  # one per check
     checks = json.loads((tmp_path / "checks" / "checks.json").read_text())["checks"]
     assert all(c["passed"] for c in checks)
     # Any countlens command runs on the folder like on any chat model.

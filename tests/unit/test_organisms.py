@@ -180,7 +180,8 @@ def test_an_organism_with_other_settings_is_refused(organism):
 CHECK_NAMES = {"answers", "dead heads", "dead heads alike", "live heads first", "item-reading head ablated",
                "DLA dead heads", "DLA live heads first", "boundary patching", "position patching: flipped item before",
                "position patching: boundary before", "position patching: boundary after",
-               "probe after the live heads", "probe before the live heads", "steering slope"}
+               "probe after the live heads", "probe before the live heads", "steering slope", "AtP dead heads",
+               "AtP live heads first"}
 
 
 @pytest.fixture(scope="module")
@@ -208,6 +209,8 @@ def test_every_ground_truth_check_passes_on_the_organism(checked):
     assert by_name["position patching: boundary before"]["value"] == 0.0
     assert by_name["position patching: flipped item before"]["value"] == pytest.approx(1.0, abs=1e-5)
     assert by_name["position patching: boundary after"]["value"] == pytest.approx(1.0, abs=1e-5)
+    # AtP: the gradient through a zeroed head's slice of the output projection is exactly zero
+    assert by_name["AtP dead heads"]["value"] == 0.0 and by_name["AtP live heads first"]["value"] is True
 
 
 def test_the_item_reading_ablation_fails_on_a_head_that_does_not_read(organism, loaded):
@@ -254,6 +257,26 @@ def test_the_position_checks_fail_where_the_numbers_do(numbers, fails):
     from countlens.llm.organisms.checks import position_verdicts
 
     checks = position_verdicts(_summary(*numbers), [[0, 1]])
+    assert {c["name"] for c in checks if not c["passed"]} == fails
+
+
+def _attribution(cells, rho=0.9):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(cells=[{"kind": "head", "layer": b, "head": h, "atp": a, "act": c} for b, h, a, c in cells],
+                           agreement={"head": {"spearman": rho}})
+
+
+@pytest.mark.parametrize("cells, fails", [
+    ([(0, 1, 2.0, 2.1), (0, 0, 0.0, 0.0), (0, 2, 0.0, 1e-9)], set()),
+    ([(0, 1, 2.0, 2.1), (0, 0, 1e-3, 0.0)], {"AtP dead heads"}),  # a zeroed head with an estimate
+    ([(0, 1, 0.1, 2.1), (0, 0, 0.5, 0.0)], {"AtP dead heads", "AtP live heads first"}),  # AtP ranks it first
+    ([(0, 1, 2.0, 0.1), (0, 0, 0.0, 0.5)], {"AtP live heads first"}),  # activation patching disagrees
+])
+def test_the_attribution_checks_fail_where_the_numbers_do(cells, fails):
+    from countlens.llm.organisms.checks import attribution_verdicts
+
+    checks = attribution_verdicts(_attribution(cells), [[0, 1]])
     assert {c["name"] for c in checks if not c["passed"]} == fails
 
 
