@@ -152,7 +152,10 @@ def test_a_stage_that_returns_no_result_fails_clearly(tmp_path):
 
 def test_stage_plan_covers_every_figure_and_table(tmp_path):
     stages = {s.name: s for s in build_stages("quick", {"model": "default"})}
-    assert set(FIGURES) | {"toy-rates", "toy-lcap", "toy-table2", "toy-table3", "capture"} <= set(stages)
+    # organism-scaling declares no quick stage (18 minutes of training); the test preset has every figure
+    assert (set(FIGURES) - {"organism-scaling"}) | {"toy-rates", "toy-lcap", "toy-table2", "toy-table3",
+                                                   "capture"} <= set(stages)
+    assert "organism-scaling" not in stages and set(FIGURES) <= {s.name for s in build_stages("test")}
     assert set(stages["compare"].needs) == {"capture", "toy-construct"}
     assert stages["compare"].config.toy == ("toy-construct",) and stages["compare"].config.acts == "capture/acts"
     assert stages["steering"].config.probes == "probe/probes.json"  # one declaration: reads={"probes": "probe"}
@@ -223,9 +226,11 @@ def test_tasks_side_by_side_against_their_captures(report):
 
     out, code = report
     assert code == 0
-    summary = json.loads((out / "reproduce.json").read_text())
-    assert [(t["task"], t["status"]) for t in summary["tasks"]] == [
-        ("repeat:separator=comma", "done"), ("repeat:separator=space", "done")]
+    # (reproduce.json's own list of the tasks run is rewritten by the tests that rerun this report without
+    # --tasks; each task's own report says what it ran)
+    for folder in ("repeat-separator-comma", "repeat-separator-space"):
+        sub = json.loads((out / TASKS_DIR / folder / "reproduce.json").read_text())
+        assert {s["stage"] for s in sub["stages"] if s["status"] == "done"} == {"capture", "geometry", "probe", "lens"}
     tasks = json.loads((out / TASKS_DIR / "tasks.json").read_text())
     assert [t["task"] for t in tasks["tasks"]] == ["lists", "repeat:separator=comma", "repeat:separator=space"]
     for t in tasks["tasks"]:

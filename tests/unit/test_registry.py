@@ -59,7 +59,9 @@ def test_every_stage_is_declared_once_in_report_order():
     assert [s.name for s in build_stages("test")] == names
     for e in experiments():  # every preset builds, and every read points at a declared output
         for preset in ("quick", "full", "test"):
-            assert isinstance(preset_config(e.name, preset), e.config)
+            config = preset_config(e.name, preset)
+            # None: no stage at that size (only organism-scaling's quick, whose training takes 18 minutes)
+            assert isinstance(config, e.config) or (config is None and (e.name, preset) == ("organism-scaling", "quick"))
 
 
 def test_a_new_experiment_appears_everywhere_without_a_list_edit(new_experiment):
