@@ -18,7 +18,7 @@ import torch
 
 from countlens.llm.answers import candidate_token_ids
 from countlens.llm.models import load_model, quiet_transformers
-from countlens.llm.patching.edits import PositionPatcher
+from countlens.llm.patching.replay import PositionPatcher
 from countlens.llm.positions.experiment import PositionPatchingConfig, patched_positions, prompt_pairs
 from countlens.llm.prompts import PromptSettings
 

@@ -34,7 +34,6 @@ from countlens.llm.models import ModelSpec, load_model, resolve_model  # noqa: F
 from countlens.llm.patching.edits import (  # noqa: F401
     BoundaryEdit,
     Patch,
-    PositionPatcher,
     Setter,
     expected_count,
     logit_difference,
@@ -45,6 +44,7 @@ from countlens.llm.patching.experiment import (  # noqa: F401
     boundary_vectors,
     run_patching,
 )
+from countlens.llm.patching.replay import PositionPatcher  # noqa: F401
 from countlens.llm.positions.experiment import (  # noqa: F401
     PositionPatchingConfig,
     PositionPatchingResult,

@@ -17,7 +17,7 @@ groups:
 Every cell is scored twice on the same metric, the change of ``LD = log p("n") − log p("n − 1")`` (nats, every
 answer token teacher-forced) from the patched run's base: by AtP (:mod:`countlens.llm.attribution.atp`: one forward
 and one backward per pair for all cells) and by activation patching on the one patch mechanism
-(:class:`countlens.llm.patching.edits.PositionPatcher`, from the base run's cache: one position per cell, or every
+(:class:`countlens.llm.patching.replay.PositionPatcher`, from the base run's cache: one position per cell, or every
 position at once from the first that differs). Per group the result
 reports Spearman's ρ, the top-k overlap and the speed ratio (activation patching's time for the group over AtP's
 time for every group). Cells whose source and base activations are equal (positions before the turned item, and at
@@ -52,7 +52,8 @@ from countlens.llm.models import (
     load_model_config,
     load_tokenizer,
 )
-from countlens.llm.patching.edits import PositionPatcher, logit_difference
+from countlens.llm.patching.edits import logit_difference
+from countlens.llm.patching.replay import PositionPatcher
 from countlens.llm.positions.experiment import (
     FLIPS,
     POSITION_SETS,

@@ -35,8 +35,8 @@ fig11_position_patching.png/.pdf.
 
 def register(sub) -> None:
     """Add ``patch`` to the ``countlens llm`` subcommands ``sub``."""
-    from countlens.llm.patching.edits import PATCH_METHODS
     from countlens.llm.patching.experiment import PatchingConfig
+    from countlens.llm.patching.replay import PATCH_METHODS
     from countlens.llm.positions.experiment import FLIPS, POSITION_SETS, PositionPatchingConfig
 
     pd, xd = PatchingConfig(), PositionPatchingConfig()

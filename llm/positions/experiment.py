@@ -4,7 +4,7 @@
 A clean prompt with ``n`` targets and its **corrupted twin** — the same items, one target (the first, middle or
 last, ``flip``) replaced by the distractor, so ``n − 1`` targets and the same number of tokens — are run once
 each; then, for every location ℓ and every position p from the first item to the boundary, the clean residual at
-(ℓ, p) replaces the corrupted run's and the forward continues (:class:`countlens.llm.patching.edits.PositionPatcher`).
+(ℓ, p) replaces the corrupted run's and the forward continues (:class:`countlens.llm.patching.replay.PositionPatcher`).
 The score is the normalised logit difference (docs/definitions.md §2):
 
     LD = log p("n") − log p("n − 1"),   normalised_ld = (LD_patched − LD_corrupt) / (LD_clean − LD_corrupt),
@@ -47,7 +47,8 @@ from countlens.llm.models import (
     load_model_config,
     load_tokenizer,
 )
-from countlens.llm.patching.edits import PATCH_METHODS, PositionPatcher, logit_difference
+from countlens.llm.patching.edits import logit_difference
+from countlens.llm.patching.replay import PATCH_METHODS, PositionPatcher
 from countlens.llm.prompts import (
     Prompt,
     PromptSettings,
@@ -77,7 +78,7 @@ class PositionPatchingConfig(ExperimentConfig):
     a spec for :func:`countlens.core.locations.resolve_locations` (default all), of which every
     ``location_step``-th is patched, the last always (a model-independent way to halve the cost: ``2``).
     ``method`` ``cached`` reuses the
-    corrupted run (:class:`~countlens.llm.patching.edits.PositionPatcher`), ``naive`` runs one whole forward per cell
+    corrupted run (:class:`~countlens.llm.patching.replay.PositionPatcher`), ``naive`` runs one whole forward per cell
     (the reference; same scores). ``batch_size`` patched runs share a forward. Pairs whose clean and corrupted
     logit differences are closer than ``min_gap`` nats are reported, not normalised.
 

@@ -25,7 +25,7 @@ from countlens.llm.attribution.figures import attribution_view, draw_attribution
 from countlens.llm.capture.residuals import find_blocks
 from countlens.llm.hooks import attention_output_site, component_output_sites, hook_sites
 from countlens.llm.models import ModelSpec, load_model
-from countlens.llm.patching.edits import PositionPatcher
+from countlens.llm.patching.replay import PositionPatcher
 from countlens.llm.positions.experiment import prompt_pairs
 from countlens.llm.prompts import PromptSettings
 from tests.helpers.cli import assert_one_line_error, run_countlens

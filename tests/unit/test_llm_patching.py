@@ -24,7 +24,6 @@ from countlens.llm.capture.residuals import BoundaryCapture, find_blocks, pad_ba
 from countlens.llm.models import load_model
 from countlens.llm.patching.edits import (
     BoundaryEdit,
-    PositionPatcher,
     boundary_edits,
     edited_answers,
     random_direction,
@@ -32,6 +31,7 @@ from countlens.llm.patching.edits import (
     steering_vector,
 )
 from countlens.llm.patching.experiment import PatchingConfig, PatchingResult, run_patching
+from countlens.llm.patching.replay import PositionPatcher
 from countlens.llm.positions.experiment import (
     CSV_COLUMNS,
     PositionPatchingConfig,
@@ -500,7 +500,8 @@ def test_patching_every_position_at_every_layer_with_the_clean_run_is_the_clean_
     """The clean run's residual written at every location and every position of the corrupted prompt gives the
     clean run's logits and candidate scores bitwise (its KV cache too: the candidates' later tokens read it)."""
     from countlens.llm.hooks import hook_sites
-    from countlens.llm.patching.edits import Patch, Setter, residual_runs
+    from countlens.llm.patching.edits import Patch, Setter
+    from countlens.llm.patching.replay import residual_runs
 
     loaded, pair, candidates = family_runs[name]
     model = loaded.model
