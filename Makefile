@@ -19,9 +19,12 @@ demo: install
 
 # The slow tests also use real Qwen2, Llama-3 and Phi-3 tokenizers, converted once from the vocabulary files
 # that the llama-cpp-python sdist carries (tests/helpers/real_tokenizers.py); where that fails they skip.
+# One pytest-xdist worker per core, each on one thread; a file's tests stay on one worker (tests/conftest.py).
+# TEST_WORKERS=0 runs them in this process.
+TEST_WORKERS ?= auto
 test: install
 	-@$(PYTHON) -m tests.helpers.real_tokenizers
-	$(PYTHON) -m pytest -q
+	$(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 lint:
 	$(PYTHON) -m ruff check .

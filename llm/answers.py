@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from countlens.core.errors import ConfigError
+from countlens.core.errors import ConfigError, literal
 from countlens.core.store import ANSWER_COLUMNS, DISTRIBUTION_COLUMNS
 from countlens.llm.capture.residuals import (
     BoundaryCapture,
@@ -458,6 +458,33 @@ def check_generation_prompt(tokenizer, template: str) -> None:
     if with_prompt is None or with_prompt == without:
         raise ConfigError("template", "answers need a chat template with a generation prompt (the assistant's "
                                       'turn); this model has none: pass {template:plain} to answer after "Answer:"')
+
+
+def checked_candidates(tokenizer, counts: Sequence[int], template: str = "chat",
+                       field: str = "counts") -> list[list[int]]:
+    """Each count's answer tokens (:func:`candidate_token_ids`), checked before any weights load for a read-out
+    that scores the answers: every count's answer must encode to tokens of its own (``ConfigError`` naming
+    ``field``: a tokenizer that writes no digits, or writes two counts alike, cannot give their answers). The
+    generation prompt is not checked here (:func:`check_generation_prompt` refuses templates such as Mistral's,
+    whose user turn ends where the assistant answers without a generation prompt of its own)."""
+    try:
+        ids = candidate_token_ids(tokenizer, counts, template)
+    except ValueError as exc:
+        raise ConfigError(field, literal(f"{exc}; the tokenizer cannot write these answers") + f" ({{{field}}})"
+                          ) from None
+    first: dict[tuple[int, ...], int] = {}
+    for k, tokens in zip(counts, ids, strict=True):
+        other = first.setdefault(tuple(tokens), int(k))
+        if other != int(k):
+            raise ConfigError(field, f"the answers {other} and {int(k)} of {{{field}}} encode to the same tokens "
+                                     f"{literal(list(tokens))}: the tokenizer cannot tell these counts apart")
+    return ids
+
+
+def counts_with_previous(counts: Sequence[int]) -> list[int]:
+    """The counts a logit difference of ``n`` against ``n − 1`` scores for the counts ``counts``: each ``n`` and
+    its ``n − 1`` (where ``n >= 1``), sorted, each once."""
+    return sorted({int(n) - d for n in counts for d in (0, 1) if int(n) - d >= 0})
 
 
 def answer_candidates(counts: Sequence[int]) -> list[int]:

@@ -1,8 +1,15 @@
 import os
 
-import pytest
+# `make test` runs the suite on every core with pytest-xdist (`-n auto --dist loadgroup`): one worker per core,
+# so each worker (and each CLI it starts) keeps to one thread — two threads per worker on busy cores cost far
+# more than they gain (BENCHMARKS.md, "the test suite").
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_name, "1")
 
-from tests.helpers.llm_fixtures import smollm2_tokenizer  # noqa: F401 - session fixture
+import pytest  # noqa: E402
+
+from tests.helpers.llm_fixtures import smollm2_tokenizer  # noqa: F401, E402 - session fixture
 
 # Tests never reach the network: hub look-ups must fail fast, not hang.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -10,6 +17,23 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("TQDM_DISABLE", "1")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups off the items
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist's ``--dist loadgroup``: a test file's tests stay on one worker, so its module fixtures
+    (a trained organism, a capture) are built once, and every test that reads the session's
+    ``test_preset_report`` shares that worker too, so the report is built once."""
+    for item in items:
+        group = "test_preset_report" if "test_preset_report" in item.fixturenames else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_configure(config):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        from countlens.core.threads import set_one_thread
+
+        set_one_thread()
 
 
 @pytest.fixture

@@ -40,7 +40,7 @@ _AREAS = {
 _PIPELINE = ("reproduce", "study")
 # The capture options reproduce and study take (declared once, by the llm room's command line).
 REPRODUCE_CAPTURE = ("model", "gguf_file", "revision", "device", "dtype", "template", "task", "batch_size", "no_cache")
-STUDY_CAPTURE = ("device", "dtype", "batch_size", "template", "no_cache")
+STUDY_CAPTURE = ("device", "dtype", "batch_size", "template", "task", "no_cache")
 
 
 class Parser(OneLineParser):
@@ -165,15 +165,18 @@ def register_study(subparsers) -> None:
                    help="run each model as a Ray task: auto (the cluster this machine joined), a cluster address, "
                         "or local:N (N slots here); --out must be on storage every node sees "
                         "(default: no Ray, one model after another)")
-    add_capture_options(p, STUDY_CAPTURE, defaults=None)
+    add_capture_options(p, STUDY_CAPTURE, defaults=None,
+                        helps={"task": "the counting task of every model's own report, NAME or "
+                                       "NAME:option=value,... as for reproduce --task"})
     also_sets(p, model="models")  # an error about one model's `model` names --models
     p.add_argument("--patching", action="store_true",
                    help="also run, in every model's report: " + _titles("patching"))
     p.add_argument("--where", action="store_true", help="also run, in every model's report: " + _titles("where"))
     p.add_argument("--tasks", default=None, metavar="TASK,TASK,...",
-                   help="run every model on each of these counting tasks (as --task writes them, e.g. "
-                        "lists,repeat:separator=comma,repeat:separator=space,letters), the lenses added, and compare "
-                        "each model's tasks side by side in OUT/tasks/<model>/ (default: the lists task alone)")
+                   help="also run every model on each of these counting tasks (as --task writes them, e.g. "
+                        "repeat:separator=comma,repeat:separator=space,letters), the lenses added, and compare "
+                        "each model's tasks with --task's side by side in OUT/tasks/<model>/ (default: none, "
+                        "--task's alone)")
     p.set_defaults(func=cmd_study)
 
 

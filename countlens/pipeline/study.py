@@ -27,11 +27,12 @@ from typing import Any, ClassVar
 
 from countlens.analysis.experiments import CompareResult, GeometryResult
 from countlens.core.cache import ResultCache
-from countlens.core.errors import ConfigError, UsageError
+from countlens.core.errors import ConfigError, UsageError, literal
 from countlens.core.locations import location_label, location_names
 from countlens.core.results import Result, result_provenance
 from countlens.llm import CaptureResult, preflight_capture
 from countlens.llm.models import ModelPool, model_pool
+from countlens.llm.tasks import DEFAULT_TASK, parse_task
 from countlens.pipeline.experiments import PRESETS, study_stages
 from countlens.pipeline.reproduce import ACTS_PLACE, capture_config, reproduce
 from countlens.pipeline.study_report import (
@@ -79,7 +80,12 @@ class StudyConfig:
     ``patching`` adds Figure 9's patching and steering to every model's report, ``where`` Figures 10-13 (the
     count at every item, patching over positions, the heads, the lenses). ``tasks`` (``--tasks``, checked by
     :func:`~countlens.pipeline.tasks.parse_tasks`): run every model on each of these counting tasks (a report
-    per model and task, the lenses added) and compare the tasks of each model side by side."""
+    per model and task, the lenses added) and compare the tasks of each model side by side. ``task``
+    (``--task``; given among the ``capture`` settings, it is moved here): the counting task of every model's own
+    report, passed to its stages as ``reproduce --task`` is; with ``tasks`` it comes first and the others are
+    compared with it, as ``reproduce --tasks`` does. A task other than the default, and a file task's records
+    (their digest), are part of each model's resume key, so a study on another task never reuses a model
+    finished on this one."""
 
     models: tuple[str, ...]
     preset: str = "quick"
@@ -87,6 +93,7 @@ class StudyConfig:
     patching: bool = False
     where: bool = False
     tasks: tuple[str, ...] = ()
+    task: str = DEFAULT_TASK
 
     def __post_init__(self) -> None:
         self.models = tuple(str(m).strip() for m in self.models if str(m).strip())
@@ -99,11 +106,23 @@ class StudyConfig:
             raise ConfigError("preset", f"unknown size {{preset}} {self.preset!r}; choose {', '.join(PRESETS)}")
         if "model" in self.capture:
             raise ConfigError("models", "capture settings are for every model; name the models in {models}")
-        if self.tasks:
-            self.tasks = parse_tasks(",".join(self.tasks))
-            if "task" in self.capture:
-                raise ConfigError("tasks", "give the tasks in {tasks} alone, not also a capture task")
+        if "task" in self.capture:
+            self.capture = dict(self.capture)
+            self.task = self.capture.pop("task")
+        self.task = parse_task(self.task).text
         capture_config(self.preset, self.capture)  # every override is a valid capture setting (checked when built)
+        self.tasks = parse_tasks(",".join(self.tasks)) if self.tasks else ()
+        for name, task in (("task", self.task), *(("tasks", t) for t in self.tasks)):
+            try:  # each task holds prompts at the preset's sizes (a file's records), checked before any run
+                capture_config(self.preset, self._capture(task))
+            except ConfigError as exc:
+                raise ConfigError(name, f"{{{name}}}: " + literal(f"{task} at the {self.preset} sizes: {exc}")) from None
+
+    def _capture(self, task: str, model: str | None = None) -> dict[str, Any]:
+        """The capture settings of one run on ``task`` (the default task left implicit, as a capture's resume
+        key leaves it)."""
+        return {**self.capture, **({"model": model} if model else {}),
+                **({"task": task} if task != DEFAULT_TASK else {})}
 
     def jobs(self) -> list[dict[str, Any]]:
         """One job per model: its folder name, the preset, its capture settings and stages (what keys its
@@ -111,13 +130,21 @@ class StudyConfig:
         groups = ("model",) + (("patching",) if self.patching else ()) + (("where",) if self.where else ())
         stages = study_stages(*groups)
         names = model_folder_names(list(self.models))
+        digests = {t: parse_task(t).digest() for t in (self.task, *self.tasks)}  # a file task's records
+
+        def keyed(job: dict[str, Any], task: str) -> dict[str, Any]:
+            return {**job, **({"task_digest": digests[task]} if digests[task] else {})}
         if not self.tasks:
-            return [{"model": m, "name": name, "preset": self.preset, "capture": {**self.capture, "model": m},
-                     "stages": stages} for m, name in zip(self.models, names, strict=True)]
+            mine = {"task": self.task} if self.task != DEFAULT_TASK else {}
+            return [keyed({"model": m, "name": name, **mine, "preset": self.preset,
+                           "capture": self._capture(self.task, m), "stages": stages}, self.task)
+                    for m, name in zip(self.models, names, strict=True)]
         stages = [s for s in study_stages(*groups, "where") if s in stages or s == LENS_STAGE]
-        return [{"model": m, "name": f"{name}--{task_folder_name(task)}", "model_name": name, "task": task,
-                 "preset": self.preset, "capture": {**self.capture, "model": m, "task": task}, "stages": stages}
-                for m, name in zip(self.models, names, strict=True) for task in self.tasks]
+        tasks = (self.task, *(t for t in self.tasks if t != self.task))  # the own task first, as reproduce's
+        return [keyed({"model": m, "name": f"{name}--{task_folder_name(task)}", "model_name": name, "task": task,
+                       "preset": self.preset, "capture": {**self.capture, "model": m, "task": task},
+                       "stages": stages}, task)
+                for m, name in zip(self.models, names, strict=True) for task in tasks]
 
 
 @dataclass

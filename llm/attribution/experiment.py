@@ -38,7 +38,13 @@ from countlens.core.fields import AtLeast, Nested, OneOf, Positive, check_fields
 from countlens.core.options import ExperimentConfig
 from countlens.core.registry import Experiment, declare
 from countlens.core.results import Result, records_table, result_provenance
-from countlens.llm.answers import MIN_LD_GAP, candidate_token_ids, normalised_ld
+from countlens.llm.answers import (
+    MIN_LD_GAP,
+    candidate_token_ids,
+    checked_candidates,
+    counts_with_previous,
+    normalised_ld,
+)
 from countlens.llm.attribution.atp import agreement, atp_effects, gradient_pass
 from countlens.llm.capture.residuals import context_length, find_blocks, n_blocks_of
 from countlens.llm.components.experiment import component_sites
@@ -145,9 +151,10 @@ def plan_attribution(config: AttributionConfig, progress: bool = False,
     n_blocks = n_blocks_of(model_config)
     layers = ablated_layers(config.layers, n_blocks)
     locations = thinned(residual_locations(config.locations, n_blocks), int(config.location_step))
+    answers = checked_candidates(tokenizer, counts_with_previous(config.prompts.counts), config.prompts.template)
     pairs = prompt_pairs(tokenizer, config)
     n_ctx = context_length(model_config)
-    longest = max(len(c) for c in candidate_token_ids(tokenizer, config.prompts.counts, config.prompts.template))
+    longest = max(len(c) for c in answers)
     needed = max(pp.clean.n_tokens for pp in pairs) + longest
     if n_ctx is not None and needed > n_ctx:
         raise ConfigError("L", f"the longest prompt and its answer take {needed} tokens but the model's context "

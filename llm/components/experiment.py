@@ -9,7 +9,8 @@ block's attention and MLP write, each head's share of its block's attention writ
 the real residual and through the unembedding, and scored on two logit differences at the boundary's next
 token: ``answer``, the correct count's first answer token against the model's own greedy first token (zero
 where they are the same token), and ``previous``, the count ``n``'s first token against ``n − 1``'s (prompts
-with ``n >= 1``). The embeddings, the attention and MLP writes and the constant of the read-out (``bias``, a
+with ``n >= 1`` whose two answers start with different tokens). A prompt set whose answers all start with one
+token (the plain template on a tokenizer that writes its leading space alone) is refused before any weights load. The embeddings, the attention and MLP writes and the constant of the read-out (``bias``, a
 LayerNorm's shift or an unembedding bias; absent where the model has none) sum to the model's own logit
 difference (``total``); the heads split their block's attention write (minus the projection's bias).
 
@@ -29,7 +30,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from countlens.core.errors import ConfigError
+from countlens.core.errors import ConfigError, literal
 from countlens.core.fields import AtLeast, Nested, OneOf, check_fields
 from countlens.core.options import ExperimentConfig
 from countlens.core.registry import Experiment, declare
@@ -40,6 +41,8 @@ from countlens.llm.answers import (
     answer_batch,
     answer_token_ids,
     candidate_token_ids,
+    checked_candidates,
+    counts_with_previous,
     normalised_ld,
     parse_answer,
     stop_token_ids,
@@ -138,7 +141,9 @@ class ComponentsConfig(ExperimentConfig):
 class ComponentsPlan:
     """A checked Figure 14 run before any weights are read: the model's files and tokenizer, its architecture
     and hook sites (attention and MLP writes, the heads' projection input), its blocks and heads, the prompts
-    and each one's first tokens (the correct count's, ``n − 1``'s or ``None`` for ``n = 0``)."""
+    and each one's first tokens (the correct count's, ``n − 1``'s, or ``None`` for ``n = 0`` and where ``n − 1``'s
+    answer starts with ``n``'s token, as ``"11"`` and ``"10"`` do on a tokenizer that writes digits one by one:
+    their difference would be zero whatever the model does)."""
 
     config: ComponentsConfig
     ref: ModelRef
@@ -184,9 +189,10 @@ def plan_components(config: ComponentsConfig, progress: bool = False,
     if n_ctx is not None and needed > n_ctx:
         raise ConfigError("L", f"the longest prompt and its answer take {needed} tokens but the model's context is "
                                f"{n_ctx}; lower {{L}}")
-    counts = sorted({p.n for p in prompts} | {p.n - 1 for p in prompts if p.n >= 1})
-    first = {k: c[0] for k, c in zip(counts, candidate_token_ids(tokenizer, counts, config.prompts.template),
+    counts = counts_with_previous({p.n for p in prompts})
+    first = {k: c[0] for k, c in zip(counts, checked_candidates(tokenizer, counts, config.prompts.template),
                                      strict=True)}
+    _check_first_tokens(first, config.prompts.template)
     eligible = [i for i, p in enumerate(prompts) if p.n >= 1]
     count = min(int(config.ablate_prompts), len(eligible))
     ablated = [eligible[j] for j in np.unique(np.linspace(0, len(eligible) - 1, count).round().astype(int))] \
@@ -198,14 +204,29 @@ def plan_components(config: ComponentsConfig, progress: bool = False,
     twins = [corrupted_twin(tokenizer, prompts[i], k_of[i], config.prompts, config.flip).corrupt for i in ablated]
     return ComponentsPlan(config, ref, tokenizer, architecture, (attn_out, mlp_out, attn_z), n_blocks, n_heads,
                           prompts, [first[p.n] for p in prompts],
-                          [first[p.n - 1] if p.n >= 1 else None for p in prompts], ablated, twins, layers)
+                          [first[p.n - 1] if p.n >= 1 and first[p.n - 1] != first[p.n] else None for p in prompts],
+                          ablated, twins, layers)
+
+
+def _check_first_tokens(first: dict[int, int], template: str) -> None:
+    """``ConfigError("template")`` where every count's answer starts with the same token (``first``: count ->
+    its answer's first token id): the direct logit attribution reads the boundary's next token, which could then
+    not tell any count from another (the plain template's answers begin with a space that some tokenizers write
+    as a token of its own)."""
+    if len(first) < 2 or len(set(first.values())) > 1:
+        return
+    fix = "use {template:chat}" if template == "plain" else "choose {counts} whose answers start with other tokens"
+    token = next(iter(first.values()))
+    raise ConfigError("template", f"every answer of {{counts}} starts with the same token (id {token}) under "
+                                  f"{{template}} {literal(template)}: the boundary's next token, which the direct "
+                                  f"logit attribution reads, cannot tell the counts apart; {fix}", also=("counts",))
 
 
 @dataclass
 class ComponentsResult(Result):
     """Figure 14. ``rows`` (``components.csv``): one record per prompt (``prompt_id``: its index in
     ``prompts``, ``n``), logit difference (``target``: ``answer`` — the correct count's first token against the
-    model's greedy first token — or ``previous`` — ``n``'s against ``n − 1``'s) and component (``layer``:
+    model's greedy first token — or ``previous`` — ``n``'s against ``n − 1``'s, where they differ) and component (``layer``:
     0-based block, empty for ``embed`` and ``bias``; ``kind``: ``embed``, ``attn``, ``mlp``, ``head``, ``bias``;
     ``head``: empty unless a head), its direct contribution in nats and the model's real logit difference
     (``total``). The ``embed``, ``attn``, ``mlp`` and ``bias`` rows of one prompt and target sum to its

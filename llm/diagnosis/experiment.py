@@ -34,8 +34,10 @@ from countlens.core.fields import AtLeast, Text, check_fields
 from countlens.core.options import ExperimentConfig
 from countlens.core.registry import Experiment, declare
 from countlens.core.results import Result, result_provenance
+from countlens.core.store import read_meta
 from countlens.llm.components.experiment import ComponentsResult
 from countlens.llm.lens.experiment import LensResult
+from countlens.llm.tasks import DEFAULT_TASK
 
 SHOWN = 0.25  # the share of the mean error an ablation must undo (toward the correct count) to show a component
 LENSES = ("logit", "tuned")
@@ -44,7 +46,8 @@ LENSES = ("logit", "tuned")
 @dataclass
 class DiagnosisConfig(ExperimentConfig):
     """``lens``: a ``lens.json`` (or its folder) of ``countlens llm lens``; ``components``: a
-    ``components.json`` (or its folder) of ``countlens llm components`` on the same model; ``top``: how many
+    ``components.json`` (or its folder) of ``countlens llm components`` on the same model and task (the task of
+    the capture the lens read, where that capture is still at its path); ``top``: how many
     pushing components to list."""
 
     lens: str = ""
@@ -172,6 +175,14 @@ def _read(result_type, path: str, name: str, command: str):
         raise ConfigError(name, f"{{{name}}}: {literal(str(exc))}") from None
 
 
+def lens_task(lens: LensResult) -> str | None:
+    """The counting task of the capture ``lens`` read (its ``meta.json``); ``None`` where it is no longer there."""
+    try:
+        return read_meta(lens.config.get("acts") or "")["settings"].get("task", DEFAULT_TASK)
+    except (UsageError, OSError, KeyError, TypeError, AttributeError):
+        return None
+
+
 def run_diagnosis(config: DiagnosisConfig) -> DiagnosisResult:
     """Read ``config.lens`` and ``config.components`` and set them side by side (see the module)."""
     lens = _read(LensResult, config.lens, "lens", "countlens llm lens")
@@ -179,6 +190,11 @@ def run_diagnosis(config: DiagnosisConfig) -> DiagnosisResult:
     if lens.model != components.model:
         raise ConfigError("components", f"{{components}} is of the model {literal(components.model)} but {{lens}} "
                                         f"of {literal(lens.model)}; give two results of the same model",
+                          also=("lens",))
+    mine, theirs = (components.config.get("prompts") or {}).get("task", DEFAULT_TASK), lens_task(lens)
+    if theirs is not None and theirs != mine:
+        raise ConfigError("components", f"{{components}} counts on the task {literal(mine)} but {{lens}} read a "
+                                        f"capture of the task {literal(theirs)}; give two results of the same task",
                           also=("lens",))
     n_blocks = int(components.n_layers)
     locations = lens_locations(lens, n_blocks)

@@ -72,20 +72,31 @@
 
 A check that fails says so with its number; :func:`failed` lists them, and ``countlens organism check`` exits
 1 on any.
+
+**What is kept.** Given a ``keep`` folder (the ``organism-checks`` stage's own folder; ``organism check
+--out``), every experiment result a check computes is kept there as its own stage writes it
+(``keep/heads/heads.json``, ``keep/patching/patching.json``, ...; :class:`Kept`), with its captures, and a
+rerun reuses them; Figure 10 (a capture at every item and the running-count probes) and Figure 13 (the
+lenses) are run on the organism besides, for their figures only. :func:`countlens.llm.organisms.views.draw_checks`
+draws every kept result with the figure its experiment declares: Figures 7 and 9–15 on a model that counts.
 """
 
 from __future__ import annotations
 
+import json
+import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
-from countlens.core.errors import ConfigError, about
+from countlens.core.errors import ConfigError, UsageError, about
+from countlens.core.io import read_json, write_json_atomic
 from countlens.core.options import ExperimentConfig
-from countlens.core.registry import Experiment, declare
-from countlens.core.results import Result, result_provenance
+from countlens.core.registry import Experiment, declare, discover
+from countlens.core.results import Result, config_record, result_provenance
 from countlens.llm.models import ModelSpec
 
 ACCURACY = 0.99
@@ -98,6 +109,7 @@ SLOPE = (0.5, 1.5)  # steering: expected-count change per unit of count-unit Δ
 PATCHED = 0.95
 PROBED = 0.95
 PROBE_ROWS = 240  # prompts captured for the probe checks (at least)
+KEPT_FILE = "kept.json"  # beside each kept result: the config and organism it was computed for
 
 
 @dataclass
@@ -126,9 +138,78 @@ class OrganismChecks(Result):
     live_heads: list[list[int]]
     checks: list[dict[str, Any]]
     provenance: dict[str, Any] = field(default_factory=dict)
+    # the experiment results the checks computed, kept in the checks' folder (:class:`Kept`): per experiment
+    # its ``name`` (its folder there), ``title`` and ``file`` (the result file, relative to that folder)
+    kept: list[dict[str, str]] = field(default_factory=list)
 
     def failed(self) -> list[dict[str, Any]]:
         return [c for c in self.checks if not c["passed"]]
+
+
+def declared(name: str) -> Experiment:
+    """The declared experiment ``name`` of the rooms the checks run (:mod:`countlens.core.registry`)."""
+    return {e.name: e for e in discover("countlens.llm", "countlens.probes")}[name]
+
+
+@dataclass
+class Kept:
+    """Where the checks keep what they compute: each experiment's result in ``folder/<experiment>/`` (the
+    result file and tables its own stage writes; its figures drawn from them by
+    :func:`countlens.llm.organisms.views.draw_checks`), each capture in ``folder/<capture>/acts``. A rerun reuses
+    a kept result whose :data:`KEPT_FILE` records the same config and ``organism`` (which organism: its
+    settings, steps and creation time), so an interrupted check resumes. ``folder=None``: nothing kept, the
+    captures go to ``work``."""
+
+    folder: Path | None = None
+    organism: dict[str, Any] = field(default_factory=dict)
+    work: Path | None = None
+    names: list[str] = field(default_factory=list)  # the kept experiments, in the order run
+
+    def _stamp(self, config: Any) -> dict[str, Any]:
+        return json.loads(json.dumps({"config": config_record(config), "organism": self.organism}))
+
+    def _holds(self, place: Path, stamp: dict[str, Any]) -> bool:
+        try:
+            return (place / KEPT_FILE).is_file() and read_json(place / KEPT_FILE, "kept record") == stamp
+        except UsageError:
+            return False
+
+    def result(self, name: str, config: Any, run: Callable[[], Result]) -> Result:
+        """Experiment ``name``'s result of ``config``: kept from an earlier run, or ``run()`` now (and kept)."""
+        if self.folder is None:
+            return run()
+        place, stamp = self.folder / name, self._stamp(config)
+        result_type = declared(name).result
+        self.names.append(name)
+        if self._holds(place, stamp):
+            try:
+                return result_type.read(place)
+            except UsageError:
+                pass
+        (place / KEPT_FILE).unlink(missing_ok=True)
+        result = run()
+        result.save(place)
+        write_json_atomic(place / KEPT_FILE, stamp)
+        return result
+
+    def capture(self, name: str, config: Any, loaded) -> Path:
+        """The capture folder of ``config`` (a :class:`~countlens.llm.capture.experiment.CaptureConfig`),
+        captured now unless kept (an interrupted capture resumes from its shards)."""
+        from countlens.llm.capture.experiment import run_capture
+
+        place = (self.folder if self.folder is not None else self.work) / name
+        stamp = self._stamp(config)
+        if self.folder is not None and (place / KEPT_FILE).is_file() and not self._holds(place, stamp):
+            shutil.rmtree(place)  # a capture of another organism or config, kept by an earlier run
+        run_capture(config, place / "acts", loaded=loaded, progress=False)
+        if self.folder is not None:
+            write_json_atomic(place / KEPT_FILE, stamp)
+        return place / "acts"
+
+    def record(self) -> list[dict[str, str]]:
+        """:attr:`OrganismChecks.kept` of what was kept."""
+        names = sorted(dict.fromkeys(self.names), key=lambda n: declared(n).order)
+        return [{"name": n, "title": declared(n).title, "file": declared(n).result.FILE} for n in names]
 
 
 def _check(name: str, value: Any, bound: Any, holds: str, detail: str) -> dict[str, Any]:
@@ -174,10 +255,12 @@ def exact_copy(loaded):
     return dataclasses.replace(loaded, model=copy.deepcopy(loaded.model).double().eval(), dtype="float64")
 
 
-def heads_run(model: ModelSpec, organism, loaded, seeds: list[int]):
+def heads_run(model: ModelSpec, organism, loaded, seeds: list[int], kept: Kept | None = None,
+              probes: Path | None = None):
     """Figure 12 (:func:`countlens.llm.heads.experiment.run_heads`) on the float64 copy of the organism
     (:func:`exact_copy`): counts 1..L, every pair, one wording and seed, up to 16 ablated prompts, one prompt
-    per forward."""
+    per forward, with the probe read-out shift of ``probes`` (a ``probes.json`` of the organism) where given;
+    kept in ``kept`` (:class:`Kept`) as ``heads``."""
     from countlens.llm.heads.experiment import HeadsConfig, run_heads
     from countlens.llm.prompts import PromptSettings
 
@@ -187,8 +270,9 @@ def heads_run(model: ModelSpec, organism, loaded, seeds: list[int]):
                              configs=config["configs"][:1], seeds=seeds[:1])
     # One prompt per forward: no padding, so no fully masked row, which eager attention turns into NaN in
     # float64 (its softmax runs in float32, where float64's most negative mask value is -inf).
-    return run_heads(HeadsConfig(model=model, prompts=prompts, ablate_prompts=min(16, L * len(config["pairs"])),
-                                 batch_size=1), loaded=exact_copy(loaded))
+    heads = HeadsConfig(model=model, prompts=prompts, ablate_prompts=min(16, L * len(config["pairs"])), batch_size=1,
+                        probes=None if probes is None else str(probes))
+    return (kept or Kept()).result("heads", heads, lambda: run_heads(heads, loaded=exact_copy(loaded)))
 
 
 def heads_checks(model: ModelSpec, organism, loaded, seeds: list[int], result=None) -> list[dict[str, Any]]:
@@ -302,7 +386,8 @@ def item_ablation_check(organism, loaded, seeds: list[int], heads) -> dict[str, 
     return ablation_verdict(removed, boundary, int(organism.config["L"]), head, prompts)
 
 
-def components_checks(model: ModelSpec, organism, loaded, seeds: list[int]) -> list[dict[str, Any]]:
+def components_checks(model: ModelSpec, organism, loaded, seeds: list[int], kept: Kept | None = None
+                      ) -> list[dict[str, Any]]:
     """``DLA dead heads`` and ``DLA live heads first`` from one run of Figure 14's direct logit attribution
     (n against n − 1): a zeroed head writes nothing, so its direct share must be zero (up to float32
     rounding, relative to the largest |total|), and the heads with the largest mean |share| are the live ones."""
@@ -313,7 +398,8 @@ def components_checks(model: ModelSpec, organism, loaded, seeds: list[int]) -> l
     L = int(config["L"])
     prompts = PromptSettings(L=L, counts=list(range(1, L + 1)), per_count=1, pairs=config["pairs"],
                              configs=config["configs"][:1], seeds=seeds[:1])
-    result = run_components(ComponentsConfig(model=model, prompts=prompts, ablate_prompts=0), loaded=loaded)
+    components = ComponentsConfig(model=model, prompts=prompts, ablate_prompts=0)
+    result = (kept or Kept()).result("components", components, lambda: run_components(components, loaded=loaded))
     rows = [r for r in result.rows if r["target"] == "previous"]
     share: dict[tuple[int, int], list[float]] = {}
     for r in rows:
@@ -333,7 +419,8 @@ def components_checks(model: ModelSpec, organism, loaded, seeds: list[int]) -> l
     return out
 
 
-def patching_check(model: ModelSpec, organism, loaded, seeds: list[int], tokenizer) -> dict[str, Any]:
+def patching_check(model: ModelSpec, organism, loaded, seeds: list[int], tokenizer, kept: Kept | None = None
+                   ) -> dict[str, Any]:
     """``boundary patching``: the source's first answer token after patching the last location."""
     from countlens.llm.answers import answer_token_ids
     from countlens.llm.patching.experiment import PatchingConfig, run_patching
@@ -343,7 +430,7 @@ def patching_check(model: ModelSpec, organism, loaded, seeds: list[int], tokeniz
     patching = PatchingConfig(model=model, locations="-1").with_options(
         L=int(config["L"]), sources=sources, targets=targets, pairs=config["pairs"], configs=config["configs"],
         seeds=seeds)
-    result = run_patching(patching, loaded=loaded)
+    result = (kept or Kept()).result("patching", patching, lambda: run_patching(patching, loaded=loaded))
     first = [tokenizer(r["patched_answer_text"], add_special_tokens=False)["input_ids"][:1]
              == answer_token_ids(tokenizer, r["n_source"])[:1] for r in result.rows]
     return _check("boundary patching", float(np.mean(first)), PATCHED, ">=",
@@ -395,8 +482,8 @@ def position_verdicts(result, live_heads, item_block: int | None = None) -> list
                    f"smallest mean normalised LD at the boundary at {names(after)}; {where}")]
 
 
-def position_checks(model: ModelSpec, organism, loaded, seeds: list[int], item_block: int | None = None
-                    ) -> list[dict[str, Any]]:
+def position_checks(model: ModelSpec, organism, loaded, seeds: list[int], item_block: int | None = None,
+                    kept: Kept | None = None) -> list[dict[str, Any]]:
     """The position-patching checks (:func:`position_verdicts`) from one run of Figure 11: up to three counts
     spread over those of ``1..L`` whose answers ``n`` and ``n − 1`` are one token each
     (:func:`one_token_counts`), with the first pair, wording and seed, the last target flipped, the items and
@@ -411,8 +498,9 @@ def position_checks(model: ModelSpec, organism, loaded, seeds: list[int], item_b
     counts = sorted({usable[i] for i in np.linspace(0, len(usable) - 1, 3).round().astype(int)})
     prompts = PromptSettings(L=L, counts=counts, per_count=1, pairs=config["pairs"][:1], configs=config["configs"][:1],
                              seeds=seeds[:1])
-    result = run_position_patching(PositionPatchingConfig(model=model, prompts=prompts, flip="last",
-                                                          positions="items"), loaded=loaded)
+    positions = PositionPatchingConfig(model=model, prompts=prompts, flip="last", positions="items")
+    result = (kept or Kept()).result("patching-positions", positions,
+                                     lambda: run_position_patching(positions, loaded=loaded))
     return position_verdicts(result, organism.live_heads, item_block)
 
 
@@ -442,7 +530,8 @@ def attribution_verdicts(result, live_heads) -> list[dict[str, Any]]:
                    + ("n/a" if rho is None else f"{rho:.3f}"))]
 
 
-def attribution_checks(model: ModelSpec, organism, loaded, seeds: list[int]) -> list[dict[str, Any]]:
+def attribution_checks(model: ModelSpec, organism, loaded, seeds: list[int], kept: Kept | None = None
+                       ) -> list[dict[str, Any]]:
     """:func:`attribution_verdicts` of Figure 15 on the prompts of the position checks (counts whose answers are
     one token, the first pair, wording and seed), the twin's activations patched into the clean run."""
     from countlens.llm.attribution.experiment import AttributionConfig, run_attribution
@@ -455,7 +544,8 @@ def attribution_checks(model: ModelSpec, organism, loaded, seeds: list[int]) -> 
     counts = sorted({usable[i] for i in np.linspace(0, len(usable) - 1, 2).round().astype(int)})
     prompts = PromptSettings(L=L, counts=counts, per_count=1, pairs=config["pairs"][:1],
                              configs=config["configs"][:1], seeds=seeds[:1])
-    result = run_attribution(AttributionConfig(model=model, prompts=prompts, positions="items"), loaded=loaded)
+    attribution = AttributionConfig(model=model, prompts=prompts, positions="items")
+    result = (kept or Kept()).result("attribution", attribution, lambda: run_attribution(attribution, loaded=loaded))
     return attribution_verdicts(result, organism.live_heads)
 
 
@@ -491,15 +581,16 @@ def steering_window(L: int) -> tuple[list[float], list[int]]:
     return deltas, counts
 
 
-def steering_check(model: ModelSpec, organism, loaded, seeds: list[int], item_block: int, work: Path
+def steering_check(model: ModelSpec, organism, loaded, seeds: list[int], item_block: int, kept: Kept
                    ) -> dict[str, Any]:
-    """``steering slope`` from one run of Figure 9b (:func:`steering_verdict`) on a capture (into ``work``) of
+    """``steering slope`` from one run of Figure 9b (:func:`steering_verdict`) on a capture (``kept``'s
+    ``capture-steering``; the result kept as ``steering``) of
     the counts the organism saw that are one answer token (:func:`one_token_counts`: the expected count is
     then over a distribution of whole answers), every pair and wording, two held-out seeds; steered at the
     location after the item-reading head's block ``item_block`` (where the probe reads the count), over the
     steps and counts of :func:`steering_window`."""
     from countlens.core.locations import location_names
-    from countlens.llm.capture.experiment import CaptureConfig, run_capture
+    from countlens.llm.capture.experiment import CaptureConfig
     from countlens.llm.prompts import PromptSettings
     from countlens.llm.steering.experiment import SteeringConfig, run_steering
 
@@ -509,21 +600,20 @@ def steering_check(model: ModelSpec, organism, loaded, seeds: list[int], item_bl
     top = max(counts)
     prompts = PromptSettings(L=L, counts=counts, per_count=1, pairs=config["pairs"], configs=config["configs"],
                              seeds=seeds[:2])
-    run_capture(CaptureConfig(model=model, prompts=prompts), work / "steer-acts", loaded=loaded, progress=False)
+    acts = kept.capture("capture-steering", CaptureConfig(model=model, prompts=prompts), loaded)
     deltas, steered = steering_window(top)
     location = location_names(organism.n_layers)[int(item_block) + 1]
-    result = run_steering(SteeringConfig(acts=str(work / "steer-acts"), location=location, directions=["mean-diff"],
-                                         units="count", deltas=deltas, counts=steered, max_prompts=8), loaded=loaded)
-    return steering_verdict(result)
+    steering = SteeringConfig(acts=str(acts), location=location, directions=["mean-diff"], units="count",
+                              deltas=deltas, counts=steered, max_prompts=8)
+    return steering_verdict(kept.result("steering", steering, lambda: run_steering(steering, loaded=loaded)))
 
 
-def probe_checks(model: ModelSpec, organism, loaded, work: Path) -> list[dict[str, Any]]:
-    """``probe after the live heads`` and ``probe before the live heads`` from one capture (into ``work``) and
-    one ridge probe per location."""
-    from countlens.llm.capture.experiment import CaptureConfig, run_capture
+def probe_capture(model: ModelSpec, organism, loaded, kept: Kept) -> tuple[Path, int]:
+    """The capture (``kept``'s ``capture``) of the probe checks: every count, pair and wording of at least
+    :data:`PROBE_ROWS` held-out prompts, the boundary at every location; its folder and its prompts."""
+    from countlens.llm.capture.experiment import CaptureConfig
     from countlens.llm.organisms.experiment import HELD_OUT_SEED
     from countlens.llm.prompts import PromptSettings
-    from countlens.probes import ProbeConfig, run_probes
 
     config = organism.config
     L = int(config["L"])
@@ -531,50 +621,102 @@ def probe_checks(model: ModelSpec, organism, loaded, work: Path) -> list[dict[st
     seeds = [HELD_OUT_SEED + j for j in range(-(-PROBE_ROWS // per_seed))]
     prompts = PromptSettings(L=L, counts=list(range(L + 1)), per_count=1, pairs=config["pairs"],
                              configs=config["configs"], seeds=seeds)
-    run_capture(CaptureConfig(model=model, prompts=prompts), work / "acts", loaded=loaded, progress=False)
-    probes = run_probes(ProbeConfig(acts=str(work / "acts"), control=False))
+    return kept.capture("capture", CaptureConfig(model=model, prompts=prompts), loaded), len(seeds) * per_seed
+
+
+def probe_checks(model: ModelSpec, organism, loaded, kept: Kept) -> list[dict[str, Any]]:
+    """``probe after the live heads`` and ``probe before the live heads`` from one capture
+    (:func:`probe_capture`) and one ridge probe per location (Figure 7; kept as ``probe``)."""
+    from countlens.probes import ProbeConfig, run_probes
+
+    acts, rows = probe_capture(model, organism, loaded, kept)
+    probe = ProbeConfig(acts=str(acts), control=False)
+    probes = kept.result("probe", probe, lambda: run_probes(probe))
     first = min(b for b, _ in organism.live_heads) + 1  # residual index after the first block with a live head
     accuracy = {p.index: p.stat("test_rounded_acc")[0] for p in probes.locations}
     before = max(accuracy[i] for i in accuracy if i < first)
     names = {p.index: p.name for p in probes.locations}
     return [_check("probe after the live heads", float(accuracy[first]), PROBED, ">=",
-                   f"test rounded accuracy at {names[first]}, {len(seeds) * per_seed} held-out prompts"),
+                   f"test rounded accuracy at {names[first]}, {rows} held-out prompts"),
             _check("probe before the live heads", float(before), PROBED, "<",
                    f"best test rounded accuracy at {', '.join(names[i] for i in sorted(names) if i < first)}")]
 
 
-def check_organism(folder: str | Path, work: str | Path | None = None, progress: bool = False) -> OrganismChecks:
+def running_count_run(model: ModelSpec, organism, loaded, seeds: list[int], kept: Kept):
+    """Figure 10 on the organism (it checks nothing; kept for its figure): a capture at every item (``kept``'s
+    ``capture-items``: counts ``0..L``, every pair and wording, the first held-out seed, every location) and the
+    running-count probes on it (:func:`countlens.probes.running.run_running_count`, kept as ``probe-running``)."""
+    from countlens.llm.capture.experiment import CaptureConfig
+    from countlens.llm.prompts import PromptSettings
+    from countlens.probes import ProbeConfig, run_running_count
+
+    config = organism.config
+    L = int(config["L"])
+    prompts = PromptSettings(L=L, counts=list(range(L + 1)), per_count=1, pairs=config["pairs"],
+                             configs=config["configs"], seeds=seeds[:1])
+    acts = kept.capture("capture-items", CaptureConfig(model=model, prompts=prompts, positions="items"), loaded)
+    running = ProbeConfig(acts=str(acts), target="running_count")
+    return kept.result("probe-running", running, lambda: run_running_count(running))
+
+
+def lens_run(loaded, acts: Path, kept: Kept):
+    """Figure 13 on the organism (it checks nothing; kept for its figure): the logit and tuned lenses
+    (:func:`countlens.llm.lens.experiment.run_lens`) on the probe checks' capture ``acts`` with their kept
+    probes, kept as ``lens``."""
+    from countlens.llm.lens.experiment import LensConfig, run_lens
+    from countlens.probes import ProbeResult
+
+    lens = LensConfig(acts=str(acts), probes=str(kept.folder / "probe" / ProbeResult.FILE))
+    return kept.result("lens", lens, lambda: run_lens(lens, loaded=loaded))
+
+
+def organism_stamp(organism) -> dict[str, Any]:
+    """Which organism a kept result is of (:class:`Kept`): its settings, steps and creation time."""
+    return {"config": organism.config, "steps": organism.steps, "created": organism.provenance.get("created_utc")}
+
+
+def check_organism(folder: str | Path, keep: str | Path | None = None, progress: bool = False) -> OrganismChecks:
     """Run every check on the organism in ``folder``, on prompts of its held-out data seeds (never trained on;
-    its recorded accuracy is measured on them). ``work``: where the probe checks' capture is written (default:
-    a temporary folder, removed after)."""
+    its recorded accuracy is measured on them). ``keep``: the folder where every experiment's result and
+    capture is kept (:class:`Kept`: ``keep/heads/heads.json``, ...; a rerun reuses them), with Figure 10
+    and Figure 13 on the organism besides (:func:`running_count_run`, :func:`lens_run`); ``None``: the
+    captures go to a temporary folder, removed after, and nothing is kept."""
     import tempfile
 
     from countlens.llm.organisms.experiment import HELD_OUT_SEED, read_organism
+    from countlens.probes import ProbeResult
 
     with about("model"):
         organism = read_organism(folder)
     seeds = [HELD_OUT_SEED + j for j in range(int(organism.config["held_out_seeds"]))]
     model = ModelSpec(model=str(folder))
     loaded = model.load(progress)
-    heads = heads_run(model, organism, loaded, seeds)
-    item = item_reading_head(heads, organism.live_heads)
-    checks = [answers_check(loaded, organism), *heads_checks(model, organism, loaded, seeds, heads),
-              item_ablation_check(organism, loaded, seeds, heads),
-              *components_checks(model, organism, loaded, seeds),
-              patching_check(model, organism, loaded, seeds, loaded.tokenizer),
-              *position_checks(model, organism, loaded, seeds, item[0]),
-              *attribution_checks(model, organism, loaded, seeds)]
     with tempfile.TemporaryDirectory(prefix="countlens-organism-") as tmp:
-        place = Path(work) if work is not None else Path(tmp)
-        checks += probe_checks(model, organism, loaded, place)
-        checks.append(steering_check(model, organism, loaded, seeds, item[0], place))
+        kept = Kept(None if keep is None else Path(keep), organism_stamp(organism), Path(tmp))
+        probed = probe_checks(model, organism, loaded, kept)  # first: a kept Figure 12 shows its probe's shift
+        probes = None if kept.folder is None else kept.folder / "probe" / ProbeResult.FILE
+        heads = heads_run(model, organism, loaded, seeds, kept, probes)
+        item = item_reading_head(heads, organism.live_heads)
+        checks = [answers_check(loaded, organism), *heads_checks(model, organism, loaded, seeds, heads),
+                  item_ablation_check(organism, loaded, seeds, heads),
+                  *components_checks(model, organism, loaded, seeds, kept),
+                  patching_check(model, organism, loaded, seeds, loaded.tokenizer, kept),
+                  *position_checks(model, organism, loaded, seeds, item[0], kept),
+                  *attribution_checks(model, organism, loaded, seeds, kept),
+                  *probed,
+                  steering_check(model, organism, loaded, seeds, item[0], kept)]
+        if kept.folder is not None:
+            running_count_run(model, organism, loaded, seeds, kept)
+            lens_run(loaded, probe_capture(model, organism, loaded, kept)[0], kept)
     return OrganismChecks(str(folder), organism.live_heads, checks, result_provenance({"folder": str(folder),
-                                                                                          "seeds": seeds}))
+                                                                                          "seeds": seeds}),
+                          kept=kept.record())
 
 
-def run_checks(config: OrganismChecksConfig, *, progress: bool = False) -> OrganismChecks:
-    """The experiment's run: :func:`check_organism` of ``config.model``."""
-    return check_organism(config.model, progress=progress)
+def run_checks(config: OrganismChecksConfig, *, progress: bool = False, keep: str | Path | None = None
+               ) -> OrganismChecks:
+    """The experiment's run: :func:`check_organism` of ``config.model``, its experiments kept in ``keep``."""
+    return check_organism(config.model, keep=keep, progress=progress)
 
 
 def checks_text(result: OrganismChecks) -> list[str]:
@@ -586,7 +728,11 @@ def checks_text(result: OrganismChecks) -> list[str]:
 declare(Experiment(
     "organism-checks", "Ground truth: countlens's read-outs against the organism's planted circuit",
     OrganismChecksConfig, run_checks, OrganismChecks, order=910, reads={"model": "organism"},
-    view="countlens.llm.organisms.figures:checks_view", options={"progress": True},
+    figure="countlens.llm.organisms.views:draw_checks", view="countlens.llm.organisms.views:checks_view",
+    options={"progress": True}, places={"keep": ""},  # each experiment's result in OUT/organism-checks/<experiment>/
+    # One torch thread: at width 64 a second thread only spins; on the busy 2-core machine the answers check
+    # took 3 s on one thread and 28-39 s on two (CPU 2.9 s against 24-26 s).
+    threads=1,
     presets={p: OrganismChecksConfig for p in ("quick", "full", "test")}))
 
 
@@ -595,4 +741,5 @@ __all__ = ["attribution_verdicts", "attribution_checks", "OrganismChecksConfig",
            "heads_checks", "item_reading_head", "ablation_verdict", "removed_accuracy", "ablated_ranking", "item_ablation_check",
            "components_checks", "patching_check", "live_blocks", "position_verdicts", "position_checks",
            "one_token_counts", "steering_slope", "steering_verdict", "steering_window", "steering_check", "probe_checks",
-           "check_organism", "checks_text"]
+           "check_organism", "checks_text", "KEPT_FILE", "declared", "Kept", "probe_capture", "running_count_run",
+           "lens_run", "organism_stamp"]

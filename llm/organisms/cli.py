@@ -89,14 +89,15 @@ def register(subparsers) -> None:
     tr.add_argument("--target-accuracy", dest="target_accuracy", type=float, default=d.target_accuracy,
                     help="held-out greedy accuracy at which training stops")
     add_common_options(tr, "quiet")
-    add_common_options(tr, "threads", threads=2)
+    add_common_options(tr, "threads")
     tr.set_defaults(func=cmd_train)
     ch = sub.add_parser("check", help="check countlens's read-outs against an organism's planted circuit",
                         description=CHECK_DESCRIPTION, formatter_class=HelpFormatter)
     ch.add_argument("--model", required=True, help="the organism's folder (written by organism train)")
-    ch.add_argument("--out", default=None, help="folder for checks.json and checks.csv (default: none)")
+    ch.add_argument("--out", default=None, help="folder for checks.json, checks.csv and each experiment the checks "
+                    "ran, kept with its figures in OUT/<experiment>/ and reused by a rerun (default: none)")
     add_common_options(ch, "quiet")
-    add_common_options(ch, "threads", threads=2)
+    add_common_options(ch, "threads")
     ch.set_defaults(func=cmd_check)
     sc = sub.add_parser("scaling", help="toy <-> organism <-> LLM: one-head organisms trained at several L",
                         description=SCALING_DESCRIPTION, formatter_class=HelpFormatter)
@@ -156,12 +157,14 @@ def cmd_check(args) -> int:
     from countlens.core.threads import torch_threads
     from countlens.llm.models import quiet_transformers
     from countlens.llm.organisms.checks import check_organism, checks_text
+    from countlens.llm.organisms.views import draw_checks
 
     quiet_transformers()
     with torch_threads(AtLeast(1)(args.threads, "threads")):
-        result = check_organism(args.model, progress=not args.quiet)
+        result = check_organism(args.model, keep=args.out, progress=not args.quiet)
     if args.out:
         result.save(args.out)
+        draw_checks(result, args.out)
     for line in checks_text(result):
         print(f"organism check: {line}")
     failed = result.failed()
@@ -207,6 +210,9 @@ def cmd_scaling(args) -> int:
     print(f"organism scaling: {len(result.organisms())} organisms ({result.norm_placement.split(':')[0]}); "
           f"log-log slope of B {num(rate['mean'])} +- {num(rate['std'])} over seeds, toy {result.toy_variant} "
           f"{num(result.rates['toy'])}, paper {result.rates['paper_text']}; {result.seconds:.0f} s -> {args.out}")
+    print("organism scaling: held-out accuracy (lowest per count): " + ", ".join(
+        f"L={r['L']} seed={r['seed']} {num(r['held_out_accuracy'])} ({num(r['held_out_min_count'])})"
+        for r in result.organisms()))
     if unconverged:
         print(f"organism scaling: not converged (rerun with a larger --max-steps to continue): "
               f"{', '.join(unconverged)}", file=sys.stderr)

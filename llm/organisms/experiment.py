@@ -490,6 +490,9 @@ def read_organism(folder: str | os.PathLike) -> OrganismResult:
 declare(Experiment(
     "organism", "Model organism: a chat model trained to count, its circuit planted", OrganismConfig, run_organism,
     OrganismResult, order=900, places={"out": "model"}, output="model", options={"progress": True, "reuse": True},
+    # One torch thread: on the busy 2-core machine 40 training steps took 31 s on one thread and 121 s on two
+    # (CPU 16 s against 48 s: at width 64 the second thread mostly spins).
+    threads=1,
     figure="countlens.llm.organisms.figures:draw_organism", plot="countlens.llm.organisms.figures:plot_organism",
     view="countlens.llm.organisms.figures:organism_view",
     # quick and full: the default organism (L = 30, 2 blocks x 4 heads, width 64) with two live heads, one per

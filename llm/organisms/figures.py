@@ -62,19 +62,6 @@ def organism_view(page: Page, s: Section) -> None:
     page.add(table(header, [row], left=0))
 
 
-def checks_view(page: Page, s: Section) -> None:
-    """One row per ground-truth check; ``s.result`` is the :class:`~countlens.llm.organisms.checks.OrganismChecks`."""
-    rel = s.rel
-    page.caption(
-        "Each check runs a countlens experiment on the organism's held-out prompts and holds one number to what "
-        "the planted circuit guarantees (countlens.llm.organisms.checks says why each bound holds by "
-        "construction); a failed check is a defect of the read-out, or an organism that did not learn.")
-    rows = [[page.v(rel, "checks", i, "name"), page.v(rel, "checks", i, "value"), page.v(rel, "checks", i, "holds"),
-             page.v(rel, "checks", i, "bound"), page.v(rel, "checks", i, "passed"), page.v(rel, "checks", i, "detail")]
-            for i in range(len(s.result.checks))]
-    page.add(table(["check", "value", "must be", "bound", "passed", "on"], rows))
-
-
 def plot_scaling(result: ScalingResult):
     """Toy ↔ organism ↔ LLM. Left: norms against L (log-log) — each organism's largest parameter-vector norm
     (its B; a cross where it stayed below its target accuracy) and its exact-rounding probe norm per seed, the toy variant's B_min, the LLM's probe norm at its
@@ -158,9 +145,10 @@ def scaling_view(page: Page, s: Section) -> None:
         "block; the probe norm is the smallest native norm on a ridge path whose probe rounds every validation "
         "row right. An organism's norm counts every parameter vector, its untrained token embeddings and norm "
         "gains too, and training finds a solution, not the cheapest: the toy's value is a floor.")
-    keys = ["kind", "L", "seed", "converged", "held_out_accuracy", "largest_parameter_norm", "probe_norm",
-            "gap_ratio", "erank_ratio", "endpoint_angle"]
-    header = ["source", "L", "seed", "converged", "held-out accuracy", "largest parameter norm (B)",
+    keys = ["kind", "L", "seed", "converged", "held_out_accuracy", "held_out_min_count", "largest_parameter_norm",
+            "probe_norm", "gap_ratio", "erank_ratio", "endpoint_angle"]
+    header = ["source", "L", "seed", "converged", "held-out accuracy", "lowest per-count accuracy",
+              "largest parameter norm (B)",
               "probe norm (exact)", "gap ratio", "effective-rank ratio", "endpoint angle (rad)"]
 
     def cell(*keys) -> str:  # a value span, or a dash where the value is absent or null
@@ -175,5 +163,5 @@ def scaling_view(page: Page, s: Section) -> None:
                     ["paper's claimed rate", cell("rates", "paper_text"), "—"]], left=1))
 
 
-__all__ = ["plot_organism", "draw_organism", "organism_view", "checks_view", "plot_scaling", "draw_scaling",
+__all__ = ["plot_organism", "draw_organism", "organism_view", "plot_scaling", "draw_scaling",
            "scaling_view"]

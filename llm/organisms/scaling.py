@@ -8,7 +8,17 @@ wording by default (:data:`PAIR`, :data:`WORDING`: the toy counts one token amon
 of a one-block model cannot read from the instruction which token is the target, so each pair would need its
 own target set), trained at every ``L`` of ``Ls`` for every seed of
 ``seeds`` (each through :func:`~countlens.llm.organisms.experiment.run_organism`: resumable in its own folder,
-reused from the countlens cache). The norm placement Llama imposes — RMSNorm with a learned gain and no bias
+reused from the countlens cache). Every count is answered by **one token**, as in the toy's one read-out of
+``L + 1`` classes: where some count has more than one, the organisms' tokenizer is ``tokenizer``'s with the
+numbers ``10..999`` added as tokens (:func:`counting_tokenizer`; Llama-3's tokenizer writes them so too). Why: with SmolLM2's digit-by-digit
+answers a one-head attention-only block cannot count past 9. Its boundary residual is the boundary token's
+embedding plus a softmax average of per-token values, so its logits are, up to the positive softmax
+denominator (which the final RMSNorm's scale invariance also drops), an affine function of the attention
+weights summed per item (sum over items of a fixed vector per item and position); averaged over where the
+targets stand, the logit gap between two tokens is linear in the count. The first answer token ``1`` (counts 1
+and 10..19) would have to win at both ends of the counts 2..9 that must write ``2..9``, which a linear gap
+cannot do (the quick organisms of the first version reached 0.21 to 0.96 of the held-out prompts). The norm
+placement Llama imposes — RMSNorm with a learned gain and no bias
 before attention and before the unembedding (pre-norm) — is the toy's ``softmax-preln-learned`` variant
 (:data:`TOY_VARIANT`): the toy column is that variant's ``B_min(L)`` at the organism's width
 (:func:`countlens.toy.b_min`), beside the paper's claimed rate (:data:`countlens.toy.CLAIMED`).
@@ -43,7 +53,10 @@ untrained token embeddings and its norm gains too), and training reaches *a* sol
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import shutil
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -74,7 +87,9 @@ CAPTURE_SEEDS = 2  # held-out data seeds captured per organism
 # pair in one wording (a model of one block cannot learn from the wording which token is the target).
 PAIR = DEFAULT_PAIRS[0]
 WORDING = next(iter(CONFIGURATIONS))  # "count"
-ROW_KEYS = ("kind", "label", "L", "seed", "location", "converged", "held_out_accuracy", "steps", "train_seconds",
+NUMBER_TOKENS = 1000  # counts below this are answered by one token each (counting_tokenizer)
+ROW_KEYS = ("kind", "label", "L", "seed", "location", "converged", "held_out_accuracy", "held_out_min_count",
+            "steps", "train_seconds",
             "largest_parameter_norm", "probe_norm", "probe_best_acc", "gap_ratio", "erank_ratio", "endpoint_angle",
             "low", "high", "pca_explained")
 
@@ -83,7 +98,8 @@ ROW_KEYS = ("kind", "label", "L", "seed", "location", "converged", "held_out_acc
 class ScalingConfig(ExperimentConfig):
     """The organisms of every ``L`` of ``Ls`` and seed of ``seeds``: one block of one head, attention-only, width
     ``width``, trained with ``lr``, ``batch_size``, at most ``max_steps`` steps (held-out checks every
-    ``eval_every``) on ``pairs`` and ``configs`` with the tokenizer of ``tokenizer``, to ``target_accuracy``.
+    ``eval_every``) on ``pairs`` and ``configs`` with the tokenizer of ``tokenizer`` (its numbers below
+    :data:`NUMBER_TOKENS` made one token each: :func:`counting_tokenizer`), to ``target_accuracy``.
     ``llm_acts``: an existing capture for the LLM column (optional), read at ``llm_location`` (a location name
     or index; default its last)."""
 
@@ -112,6 +128,9 @@ class ScalingConfig(ExperimentConfig):
             raise ConfigError("Ls", f"{{Ls}} needs at least two lengths to fit a rate, got {list(self.Ls)}")
         if min(self.Ls) < 3:
             raise ConfigError("Ls", f"{{Ls}} must be >= 3: the gap windows need three counts each, got {min(self.Ls)}")
+        if max(self.Ls) >= NUMBER_TOKENS:
+            raise ConfigError("Ls", f"{{Ls}} must be below {NUMBER_TOKENS}: every count is answered by one token, "
+                                    f"and the numbers are tokens up to {NUMBER_TOKENS - 1}; got {max(self.Ls)}")
         if not self.seeds:
             raise ConfigError("seeds", "{seeds} must name at least one seed")
         for L in self.Ls:
@@ -124,10 +143,12 @@ class ScalingConfig(ExperimentConfig):
                               also=("llm_acts",))
         return self
 
-    def organism(self, L: int, seed: int) -> OrganismConfig:
-        """The :class:`OrganismConfig` of length ``L`` and seed ``seed``: one block, one head, attention-only."""
+    def organism(self, L: int, seed: int, tokenizer: str | None = None) -> OrganismConfig:
+        """The :class:`OrganismConfig` of length ``L`` and seed ``seed``: one block, one head, attention-only,
+        with the tokenizer ``tokenizer`` (:func:`counting_tokenizer`; ``None``: ``self.tokenizer``, for the
+        checks that read no file)."""
         return OrganismConfig(L=int(L), layers=1, heads=1, width=self.width, attention_only=True, live_heads=None,
-                              seed=int(seed), tokenizer=self.tokenizer, pairs=[list(p) for p in self.pairs],
+                              seed=int(seed), tokenizer=self.tokenizer if tokenizer is None else str(tokenizer), pairs=[list(p) for p in self.pairs],
                               configs=list(self.configs), lr=self.lr, batch_size=self.batch_size,
                               max_steps=self.max_steps, eval_every=self.eval_every,
                               target_accuracy=self.target_accuracy)
@@ -136,7 +157,9 @@ class ScalingConfig(ExperimentConfig):
 @dataclass
 class ScalingResult(Result):
     """One row per source (``rows``, also ``organism_scaling.csv``): ``kind`` (``organism``, ``toy``, ``llm``),
-    ``L``, ``seed`` (organisms), ``converged``, ``held_out_accuracy``, ``steps``, ``train_seconds``,
+    ``L``, ``seed`` (organisms), ``converged``, ``held_out_accuracy`` (greedy answers right over the held-out
+    prompts, every count 0..L equally often), ``held_out_min_count`` (the lowest of its per-count accuracies),
+    ``steps``, ``train_seconds``,
     ``largest_parameter_norm`` (the organism's ``B``; the toy's ``B_min``), ``probe_norm`` (smallest native
     norm of an exactly rounding ridge probe; ``None`` where none), ``probe_best_acc``, ``gap_ratio``,
     ``erank_ratio``, ``endpoint_angle`` (rad), ``low`` / ``high`` (the windows), ``pca_explained`` (two
@@ -164,6 +187,38 @@ class ScalingResult(Result):
 
 
 # ------------------------------------------------------------------------------------------ numerics
+
+def counting_tokenizer(name: str, L: int, progress: bool = False) -> str:
+    """The organisms' tokenizer: ``name`` (as ``--model`` takes it) itself where it writes every count
+    ``0..L`` as one token already, else a folder of its tokenizer and chat template with the numbers
+    ``10 .. NUMBER_TOKENS - 1`` added as tokens, so that every count is answered by one token (see the module
+    docstring). The folder is made once into ``cache_root()/tokenizers/numbers-<digest>`` (a staging folder
+    renamed into place) and reused."""
+    from countlens.llm.answers import answer_token_ids
+    from countlens.llm.models import cache_root, load_tokenizer, resolve_model
+
+    try:
+        with about("tokenizer"):
+            ref = resolve_model(name, progress=progress)
+    except ConfigError as exc:  # resolve_model words its errors about a `model`: here it is the tokenizer's
+        raise exc.under("tokenizer") if exc.field == "model" else exc from None
+    tokenizer = load_tokenizer(ref)
+    if all(len(answer_token_ids(tokenizer, n)) == 1 for n in range(int(L) + 1)):
+        return name
+    key = hashlib.sha256(json.dumps([ref.model_id, NUMBER_TOKENS]).encode()).hexdigest()[:16]
+    folder = cache_root() / "tokenizers" / f"numbers-{key}"
+    if (folder / "tokenizer_config.json").is_file():
+        return str(folder)
+    tokenizer.add_tokens([str(n) for n in range(10, NUMBER_TOKENS)])
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".tokenizer-", dir=folder.parent))
+    tokenizer.save_pretrained(str(staging))
+    try:
+        os.replace(staging, folder)
+    except OSError:  # another run made it first
+        shutil.rmtree(staging, ignore_errors=True)
+    return str(folder)
+
 
 def windows(L: int) -> tuple[tuple[int, int], tuple[int, int]]:
     """Figure 5's low and high count windows at length ``L``: ``w = max(3, L // 10)`` counts each,
@@ -233,19 +288,22 @@ def capture_metrics(acts: str | Path, location: str, L: int) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------ the run
 
-def organism_row(config: ScalingConfig, L: int, seed: int, out: Path, work: Path, progress: bool) -> dict[str, Any]:
-    """Train (or resume, or reuse) the organism of ``(L, seed)`` in ``out``, capture its held-out prompts into
+def organism_row(config: ScalingConfig, L: int, seed: int, out: Path, work: Path, progress: bool,
+                 tokenizer: str | None = None) -> dict[str, Any]:
+    """Train (or resume, or reuse) the organism of ``(L, seed)`` with the tokenizer folder ``tokenizer``
+    (:func:`counting_tokenizer`; ``None``: ``config.tokenizer``) in ``out``, capture its held-out prompts into
     ``work`` and measure it."""
     from countlens.llm.capture.experiment import CaptureConfig, run_capture
     from countlens.llm.models import ModelSpec
 
-    organism = run_organism(config.organism(L, seed), out=out, progress=progress, reuse=True)
+    organism = run_organism(config.organism(L, seed, tokenizer), out=out, progress=progress, reuse=True)
     prompts = PromptSettings(L=L, counts=list(range(L + 1)), per_count=1, pairs=config.pairs, configs=config.configs,
                              seeds=[HELD_OUT_SEED + j for j in range(CAPTURE_SEEDS)])
     acts = work / f"acts-L{L}-seed{seed}"
     run_capture(CaptureConfig(model=ModelSpec(model=str(out)), prompts=prompts), acts, progress=False)
     return {"kind": "organism", "label": f"organism L={L} seed={seed}", "L": L, "seed": seed, "location": LOCATION,
             "converged": organism.converged, "held_out_accuracy": organism.held_out_accuracy,
+            "held_out_min_count": min(r["accuracy"] for r in organism.held_out),
             "steps": organism.steps, "train_seconds": organism.train_seconds,
             "largest_parameter_norm": organism.largest_parameter_norm, **capture_metrics(acts, LOCATION, L)}
 
@@ -300,11 +358,12 @@ def run_scaling(config: ScalingConfig, *, out: str | os.PathLike, progress: bool
     started = time.perf_counter()
     config.validate()
     out = Path(out)
+    tokenizer = counting_tokenizer(config.tokenizer, max(config.Ls), progress)
     folders = {(L, s): out / f"L{L}-seed{s}" for L in config.Ls for s in config.seeds}
     for (L, s), folder in folders.items():
         try:
             with about("out"):
-                plan_organism(config.organism(L, s), folder)
+                plan_organism(config.organism(L, s, tokenizer), folder)
         except ConfigError as exc:  # an organism's field L is one of this config's Ls
             raise exc.under("Ls") if exc.field == "L" else exc from None
     if config.llm_acts is not None:
@@ -312,7 +371,7 @@ def run_scaling(config: ScalingConfig, *, out: str | os.PathLike, progress: bool
     rows = []
     with tempfile.TemporaryDirectory(prefix="countlens-scaling-") as tmp:
         for (L, s), folder in folders.items():
-            rows.append(organism_row(config, int(L), int(s), folder, Path(tmp), progress))
+            rows.append(organism_row(config, int(L), int(s), folder, Path(tmp), progress, tokenizer))
     rows += toy_rows(config)
     if config.llm_acts is not None:
         rows.append(llm)
@@ -332,12 +391,15 @@ PRESETS = {"quick": ScalingConfig(),
 declare(Experiment(
     "organism-scaling", "The toy theory on a real architecture: one-head organisms against L", ScalingConfig,
     run_scaling, ScalingResult, order=920, places={"out": "organisms"},
+    threads=1,  # width-32 organisms: a second torch thread mostly spins (the quick runs here used one each)
     figure="countlens.llm.organisms.figures:draw_scaling", plot="countlens.llm.organisms.figures:plot_scaling",
-    # not in the quick report (make demo): its quick organisms take about 18 minutes on 2 cores to train
+    # not in the quick report (make demo): its quick organisms take 5-7 CPU minutes per seed on one thread, and
+    # L = 30 does not reach its target in the preset's steps (README, BENCHMARKS.md)
     view="countlens.llm.organisms.figures:scaling_view", options={"progress": True},
     presets={**PRESETS, "quick": None}))
 
 
-__all__ = ["TOY_VARIANT", "NORM_PLACEMENT", "LOCATION", "REL_ALPHAS", "ROW_KEYS", "ScalingConfig", "ScalingResult", "windows",
+__all__ = ["TOY_VARIANT", "NORM_PLACEMENT", "LOCATION", "REL_ALPHAS", "NUMBER_TOKENS", "ROW_KEYS", "ScalingConfig",
+           "ScalingResult", "counting_tokenizer", "windows",
            "loglog_slope", "spread", "probe_norm_exact", "boundary_geometry", "capture_metrics", "organism_row",
            "toy_rows", "llm_row", "rates", "run_scaling", "PRESETS"]

@@ -31,7 +31,7 @@ from countlens.llm.answers import (
     MIN_LD_GAP,
     answer_distribution,
     candidate_logprobs,
-    candidate_token_ids,
+    checked_candidates,
     normalised_ld,
 )
 from countlens.llm.capture.residuals import (
@@ -201,26 +201,45 @@ class PatchingPlan:
 
 def plan_patching(config: PatchingConfig, progress: bool = False, pool: ModelPool | None = None) -> PatchingPlan:
     """Check ``config`` with the tokenizer and the model's config alone (no weights are read): the prompts
-    (items one token each, the chat template), the locations, the context length."""
+    (items one token each, the chat template), the candidate answers (:func:`~countlens.llm.answers.
+    checked_candidates`), a source prompt for every target prompt, the locations, the context length."""
     ref = config.model.resolve(progress, pool=pool)
     tokenizer = load_tokenizer(ref, pool)
     model_config = load_model_config(ref, pool)
     n_blocks = n_blocks_of(model_config)
     locations = residual_locations(config.locations, n_blocks)
+    candidates = checked_candidates(tokenizer, patching_candidates(config), config.prompts.template, "sources")
     prompts, seen = {}, Counter()
     for p in build_prompts(tokenizer, config.prompts):
         group = (p.seed, p.config, p.pair, p.n)
         prompts[(*group, seen[group])] = p
         seen[group] += 1
-    pairs = [(prompts[(s, c, pr, int(n_s), k)], p) for n_s, n_t in zip(config.sources, config.targets, strict=True)
-             for (s, c, pr, n, k), p in prompts.items() if n == int(n_t)]
+    pairs = _count_pairs(config, prompts)
     n_ctx = context_length(model_config)
-    longest = max(len(c) for c in candidate_token_ids(tokenizer, patching_candidates(config), config.prompts.template))
+    longest = max(len(c) for c in candidates)
     needed = max(p.n_tokens for pair in pairs for p in pair) + max(longest, int(config.answer_tokens)) - 1
     if n_ctx is not None and needed > n_ctx:
         raise ConfigError("L", f"the longest prompt and its answer take {needed} tokens but the model's context "
                                f"is {n_ctx}; lower {{L}}")
     return PatchingPlan(config, ref, tokenizer, pairs, locations, n_blocks)
+
+
+def _count_pairs(config: PatchingConfig, prompts: dict[tuple, Prompt]) -> list[tuple[Prompt, Prompt]]:
+    """(source, target) prompt pairs: each target count's prompts with the source count's drawn alike (the
+    same seed, wording, pair and draw index). ``ConfigError("sources")`` where a target count has no prompt or a
+    source count fewer than it (a file task's records: a count's own number of them)."""
+    have = Counter(key[3] for key in prompts)
+    pairs = []
+    for n_s, n_t in zip((int(c) for c in config.sources), (int(c) for c in config.targets), strict=True):
+        mine = [(prompts.get((s, c, pr, n_s, k)), p) for (s, c, pr, n, k), p in prompts.items() if n == n_t]
+        if not mine or any(source is None for source, _ in mine):
+            raise ConfigError("sources", f"boundary patching pairs each prompt of a target count with a prompt of "
+                                         f"its source count drawn alike, but {{task}} gives {have[n_t]} prompts of "
+                                         f"count {n_t} and {have[n_s]} of count {n_s}; choose {{sources}} and "
+                                         "{targets} so that each source count has at least as many prompts as its "
+                                         "target", also=("targets", "task"))
+        pairs += mine
+    return pairs
 
 
 def patching_candidates(config: PatchingConfig) -> list[int]:

@@ -36,7 +36,13 @@ from countlens.core.locations import location_label, location_names
 from countlens.core.options import ExperimentConfig
 from countlens.core.registry import Experiment, declare
 from countlens.core.results import Result, result_provenance
-from countlens.llm.answers import MIN_LD_GAP, candidate_token_ids, normalised_ld
+from countlens.llm.answers import (
+    MIN_LD_GAP,
+    candidate_token_ids,
+    checked_candidates,
+    counts_with_previous,
+    normalised_ld,
+)
 from countlens.llm.capture.residuals import context_length, n_blocks_of
 from countlens.llm.hooks import residual_locations
 from countlens.llm.models import (
@@ -205,9 +211,10 @@ def plan_position_patching(config: PositionPatchingConfig, progress: bool = Fals
     model_config = load_model_config(ref, pool)
     n_blocks = n_blocks_of(model_config)
     locations = thinned(residual_locations(config.locations, n_blocks), int(config.location_step))
+    answers = checked_candidates(tokenizer, counts_with_previous(config.prompts.counts), config.prompts.template)
     pairs = prompt_pairs(tokenizer, config)
     n_ctx = context_length(model_config)
-    longest = max(len(c) for c in candidate_token_ids(tokenizer, config.prompts.counts, config.prompts.template))
+    longest = max(len(c) for c in answers)
     needed = max(pp.clean.n_tokens for pp in pairs) + longest - 1
     if n_ctx is not None and needed > n_ctx:
         raise ConfigError("L", f"the longest prompt and its answer take {needed} tokens but the model's context "

@@ -66,7 +66,7 @@ BAD = {
     "reproduce": {"--task": "nope", "--tasks": "lists,lists", "--preset": "huge", "--model": "{MISSING}", "--gguf-file": "{MISSING}.gguf", "--revision": "v1",
                   "--device": "gpu",
                   "--dtype": "float8", "--template": "fancy", "--batch-size": "0", "--stages": "nope"},
-    "study": {"--tasks": "repeat:separator=tab", "--models": ",", "--preset": "huge", "--ray": "local:0", "--device": "gpu", "--dtype": "float8",
+    "study": {"--task": "nope", "--tasks": "repeat:separator=tab", "--models": ",", "--preset": "huge", "--ray": "local:0", "--device": "gpu", "--dtype": "float8",
               "--batch-size": "0", "--template": "fancy"},
     "toy construct": {"--variant": "nope", "--d": "0", "--L": "0", "--tau": "-1"},
     "toy check": {"--params": "{MISSING}", "--L": "0"},
@@ -344,3 +344,45 @@ def test_objects_and_file_tasks_build_and_refuse_what_they_lack(tiny_chat_model,
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "corrupted twin" in err and "a record names no text" in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_read_out_the_answers_cannot_give_is_one_line_before_the_weights(tiny_chat_model, tmp_path, capsys):
+    """Issue 31 point 6: a metric that needs answers the task or tokenizer cannot give is refused from the config
+    and the tokenizer alone (the model below has no weights file): DLA when every answer starts with one token
+    (the plain template's answers begin with a space token on SmolLM2's tokenizer), boundary patching when a file
+    task has fewer prompts of the source count than of the target count (a KeyError traceback before)."""
+    import shutil
+    from pathlib import Path
+
+    bare = tmp_path / "no-weights"
+    bare.mkdir()
+    for f in Path(tiny_chat_model).iterdir():
+        if not f.name.endswith((".safetensors", ".bin")):
+            shutil.copy(f, bare / f.name)
+    records = tmp_path / "records.jsonl"
+    records.write_text('{"text": "How many cats: cat dog cat?", "count": 2}\n{"text": "How many dogs: cat dog dog?", '
+                       '"count": 2}\n{"text": "How many cats: cat cat cat dog?", "count": 3}\n')
+    out = tmp_path / "out"
+    for argv, flag, words in (
+            (["llm", "components", "--counts", "1:3", "--L", "8", "--template", "plain"], "--template",
+             "starts with the same token"),
+            (["llm", "patch", "--task", f"file:{records}", "--sources", "3", "--targets", "2"], "--sources",
+             "2 prompts of count 2 and 1 of count 3")):
+        assert main([*argv, "--model", str(bare), "--out", str(out)]) == 2
+        err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        assert len(err) == 1 and flag in err[0] and words in err[0], err
+        assert not out.exists()
+
+
+def test_diagnose_refuses_a_lens_and_components_of_two_tasks(inputs, tmp_path, capsys):
+    # The lens read a capture of the default task (lists); components counted on repeat: one line, exit 2.
+    components = tmp_path / "components-repeat"
+    assert main(["llm", "components", "--model", inputs["TINY"], "--task", "repeat:separator=comma", "--counts", "1:3",
+                 "--seeds", "0", "--ablate-prompts", "0", "--out", str(components), "--quiet"]) == 0
+    capsys.readouterr()
+    out = tmp_path / "out"
+    assert main(["llm", "diagnose", "--lens", inputs["LENS"], "--components", str(components), "--out", str(out)]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "--components" in err[0] and "repeat:separator=comma" in err[0], err
+    assert not out.exists()
+    assert main(["llm", "diagnose", "--lens", inputs["LENS"], "--components", inputs["COMPONENTS"], "--out", str(out)]) == 0

@@ -96,3 +96,49 @@ def test_study_tasks_side_by_side_per_model(tiny_models, tmp_path, capsys):  # n
     repeat = json.loads((out / MODELS_DIR / "llama--repeat-separator-pipe" / "capture" / "acts" / "meta.json").read_text())
     assert repeat["settings"]["task"] == "repeat:separator=pipe"
     assert f'href="{TASKS_DIR}/llama/index.html"' in (out / "index.html").read_text()
+
+
+def test_study_task_is_each_models_task_and_part_of_its_resume_key(tmp_path, monkeypatch, capsys):
+    # --task (issue 30): the study's own task goes into every model's reproduce (its capture and every stage that
+    # inherits the task), first among --tasks; another task, or an edited task file, is another resume key.
+    from countlens.core.cache import ResultCache
+    from countlens.pipeline import study
+    from countlens.pipeline.reproduce import build_stages
+
+    planned = []
+    monkeypatch.setattr(study, "run_study", lambda config, out, ray=None: (planned.append(config) or
+                                                                           (study.StudyResult({}, []), {})))
+    model = "default"  # nothing is loaded: run_study is replaced, the configs are only built
+    assert _study(tmp_path / "s", [model], "--task", "repeat:separator=comma", "--where") == 0
+    assert _study(tmp_path / "s", [model], "--task", "repeat:separator=pipe", "--tasks", "lists,repeat:separator=pipe") == 0
+    assert _study(tmp_path / "s", [model]) == 0
+    assert _study(tmp_path / "s", [model], "--task", "lists") == 0
+    [job] = planned[0].jobs()
+    assert job["task"] == job["capture"]["task"] == "repeat:separator=comma" and job["name"] == "default"
+    stages = {s.name: s for s in build_stages(job["preset"], job["capture"])}
+    assert stages["capture"].config.prompts.task == "repeat:separator=comma"
+    assert stages["patching"].config.prompts.task == "repeat:separator=comma" and stages["patching"].refused is None
+    assert "corrupted twin" in stages["heads"].refused  # inherited, and refused there: a repeat task has no twins
+    assert [(j["name"], j["task"]) for j in planned[1].jobs()] == [("default--repeat-separator-pipe", "repeat:separator=pipe"),
+                                                                    ("default--lists", "lists")]
+    assert planned[2].jobs() == planned[3].jobs() and "task" not in planned[2].jobs()[0]  # the default: keys as before
+    cache = ResultCache(tmp_path / "cache", "model")
+    assert cache.path(planned[0].jobs()[0]) != cache.path(planned[2].jobs()[0])
+
+    records = tmp_path / "records.jsonl"
+    records.write_text('{"text": "How many cats: cat dog cat?", "count": 2}\n')
+    first = study.StudyConfig(models=(model,), preset="test", capture={"task": f"file:{records}"}).jobs()
+    records.write_text('{"text": "How many dogs: cat dog cat?", "count": 2}\n')
+    edited = study.StudyConfig(models=(model,), preset="test", capture={"task": f"file:{records}"}).jobs()
+    assert first[0]["capture"] == edited[0]["capture"] and cache.path(first[0]) != cache.path(edited[0])
+
+    # A bad task is one line naming the option, exit 2, before any model is read (the model does not exist)
+    monkeypatch.undo()
+    capsys.readouterr()
+    records.write_text('{"text": "How many cats: cat dog cat?", "count": 99}\n')  # beyond the preset's counts
+    for option, value in (("--task", "nope"), ("--tasks", f"lists,file:{tmp_path / 'no.jsonl'}"),
+                          ("--task", f"file:{records}"), ("--tasks", f"lists,file:{records}")):
+        code = _study(tmp_path / "bad", [tmp_path / "no-such-model"], option, value)
+        err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        assert code == 2 and len(err) == 1 and err[0].startswith(f"countlens: error: {option}"), err
+    assert not (tmp_path / "bad").exists()

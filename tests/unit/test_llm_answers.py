@@ -256,3 +256,26 @@ def test_candidates_beyond_the_context_are_refused_before_the_weights_load(tiny_
         run_capture(CaptureConfig().with_options(model=str(short), answers=True, **kw), tmp_path / "out",
                     progress=False)
     assert caught.value.fields == ("L", "counts") and not (tmp_path / "out").exists()
+
+
+def test_checked_candidates_refuse_answers_the_tokenizer_cannot_write():
+    # A tokenizer that writes no digits (every one an unknown token) cannot tell the counts apart; one that writes
+    # nothing for them cannot give them at all: each a one-line ConfigError naming the field, before any weights.
+    from countlens.core.errors import ConfigError
+    from countlens.llm.answers import checked_candidates
+
+    def unknown(text, add_special_tokens=False):
+        return {"input_ids": [0 if c.isdigit() else 1 for c in text]}
+
+    def empty(text, add_special_tokens=False):
+        return {"input_ids": [] if text.strip() == "7" else [ord(c) for c in text]}
+
+    assert checked_candidates(unknown, [3]) == [[0]]
+    with pytest.raises(ConfigError) as exc:
+        checked_candidates(unknown, [1, 2, 3])
+    assert exc.value.field == "counts" and "the answers 1 and 2 of {counts} encode to the same tokens" in \
+        exc.value.template
+    with pytest.raises(ConfigError) as exc:
+        checked_candidates(empty, [6, 7], "plain", field="sources")
+    assert exc.value.field == "sources" and "the answers [7] encode to no tokens" in exc.value.template
+    assert checked_candidates(empty, [6, 8], "plain") == [[32, 54], [32, 56]]

@@ -185,13 +185,19 @@ CHECK_NAMES = {"answers", "dead heads", "dead heads alike", "live heads first", 
 
 
 @pytest.fixture(scope="module")
-def checked(organism):
-    """:func:`check_organism` of the tiny organism, run once."""
+def kept_checks(organism, tmp_path_factory):
+    """(folder, result): :func:`check_organism` of the tiny organism, run once, its experiments kept in folder."""
     from countlens.core.threads import torch_threads
     from countlens.llm.organisms.checks import check_organism
 
+    keep = tmp_path_factory.mktemp("checks")
     with torch_threads(1):
-        return check_organism(organism[0])
+        return keep, check_organism(organism[0], keep=keep)
+
+
+@pytest.fixture(scope="module")
+def checked(kept_checks):
+    return kept_checks[1]
 
 
 def test_every_ground_truth_check_passes_on_the_organism(checked):
@@ -234,6 +240,84 @@ def test_the_item_reading_ablation_fails_on_a_head_that_does_not_read(organism, 
     assert kept == 1.0
     verdict = ablation_verdict(kept, 1.0, 3, (0, 0), prompts)
     assert not verdict["passed"] and verdict["bound"] == CHANCE_FACTOR / 4
+
+
+KEPT = {"probe": "probes.json", "patching": "patching.json", "steering": "steering.json",
+        "probe-running": "running_count.json", "patching-positions": "position_patching.json", "heads": "heads.json",
+        "components": "components.json", "attribution": "attribution.json", "lens": "lens.json"}
+
+
+def test_the_checks_keep_each_experiment_they_ran_and_its_numbers_are_the_checks(kept_checks):
+    import json
+
+    from countlens.llm.organisms.checks import KEPT_FILE
+
+    folder, checked = kept_checks
+    assert {k["name"]: k["file"] for k in checked.kept} == KEPT
+    assert all((folder / name / file).is_file() and (folder / name / KEPT_FILE).is_file()
+               for name, file in KEPT.items())
+    assert (folder / "capture-items" / "acts").is_dir()  # Figure 10's capture at every item, kept
+    by_name = {c["name"]: c for c in checked.checks}
+    # read back from the kept files as plain JSON: the probe at the first location after the live block (index
+    # 1: the residual after block 0), its test rounded accuracy averaged over split seeds, is the check's value
+    probes = json.loads((folder / "probe" / "probes.json").read_text())
+    after = next(p for p in probes["locations"] if p["index"] == 1)
+    assert np.mean([f["test_rounded_acc"] for f in after["fits"]]) == pytest.approx(
+        by_name["probe after the live heads"]["value"], abs=1e-12)
+    # ... and the zeroed head's ablation in the kept Figure 12 is the check's (exactly zero, float64)
+    heads = json.loads((folder / "heads" / "heads.json").read_text())["heads"]
+    dead = [abs(h["ld_change_mean"]) + h["ld_change_std"] for h in heads if [h["layer"], h["head"]] != [0, 1]]
+    assert max(dead) == by_name["dead heads"]["value"] == 0.0
+
+
+def test_a_kept_result_is_reused_only_for_the_same_organism(organism, kept_checks, monkeypatch):
+    from countlens.llm.heads import experiment as heads_experiment
+    from countlens.llm.models import ModelSpec
+    from countlens.llm.organisms import checks
+    from countlens.llm.organisms.checks import Kept, heads_run, organism_stamp
+    from countlens.llm.organisms.experiment import HELD_OUT_SEED
+
+    folder, _ = kept_checks
+    org_folder, result = organism
+    spec = ModelSpec(model=str(org_folder))
+
+    def not_again(*args, **kwargs):
+        raise AssertionError("recomputed a kept result")
+    monkeypatch.setattr(heads_experiment, "run_heads", not_again)
+    monkeypatch.setattr(checks, "exact_copy", lambda loaded: loaded)  # no model here: the run itself must not start
+    seeds = [HELD_OUT_SEED + j for j in range(int(result.config["held_out_seeds"]))]
+    stamp = (folder / "heads" / "heads.json").stat().st_mtime_ns
+    probes = folder / "probe" / "probes.json"  # the kept Figure 12 reads the kept probes
+    again = heads_run(spec, result, None, seeds, Kept(folder, organism_stamp(result)), probes)
+    assert again.to_dict() == heads_experiment.HeadsResult.read(folder / "heads").to_dict()
+    assert (folder / "heads" / "heads.json").stat().st_mtime_ns == stamp
+    with pytest.raises(AssertionError, match="recomputed"):  # another organism's: computed afresh
+        heads_run(spec, result, None, seeds, Kept(folder, {**organism_stamp(result), "steps": -1}), probes)
+
+
+def test_the_kept_results_draw_their_stages_figures_and_the_view_shows_them(kept_checks, tmp_path):
+    import dataclasses
+    import shutil
+
+    from countlens.core.report import Page, Section
+    from countlens.llm.organisms.views import checks_view, draw_checks
+    from tests.helpers.report_checks import check_report
+
+    folder, checked = kept_checks
+    # one of the figures (drawing is the slow part): Figure 12, by the heads stage's own figure code
+    out = tmp_path / "organism-checks"
+    shutil.copytree(folder / "heads", out / "heads")
+    some = dataclasses.replace(checked, kept=[k for k in checked.kept if k["name"] == "heads"])
+    assert {p.relative_to(out).as_posix() for p in draw_checks(some, out)} == {
+        "heads/fig12_heads.png", "heads/fig12_heads.pdf"}
+    checked.save(out)
+    page = Page(tmp_path)
+    checks_view(page, Section(None, "organism-checks/checks.json", checked))
+    html = "".join(page.parts)
+    parser = check_report(tmp_path, html)  # every number a span of checks.json, none in free text
+    assert "organism-checks/heads/heads.json" in parser.links
+    assert {text for _, keys, text in parser.values if keys[0] == "kept" and keys[-1] == "title"} == {
+        k["title"] for k in checked.kept}
 
 
 def _summary(flipped_before, boundary_before, boundary_after):
@@ -400,7 +484,8 @@ def test_the_exact_probe_norm_is_that_of_the_read_out_that_rounds():
 
 
 @pytest.mark.parametrize("change, field", [
-    ({"Ls": [10]}, "Ls"), ({"Ls": [2, 10]}, "Ls"), ({"Ls": [10, 10]}, "Ls"), ({"seeds": []}, "seeds"),
+    ({"Ls": [10]}, "Ls"), ({"Ls": [2, 10]}, "Ls"), ({"Ls": [10, 10]}, "Ls"), ({"Ls": [10, 1000]}, "Ls"),
+    ({"seeds": []}, "seeds"),
     ({"width": 15}, "width"), ({"llm_acts": "/nonexistent"}, "llm_acts"), ({"llm_location": "-1"}, "llm_location"),
     ({"pairs": [["a", "a"]]}, "pairs"),
 ])
@@ -449,6 +534,7 @@ def test_scaling_trains_one_head_organisms_and_sets_them_beside_the_toy(scaled):
         own = read_organism(folder / f"L{r['L']}-seed0")
         assert (own.n_layers, own.n_heads, own.mlp_width) == (1, 1, 0) and own.converged
         assert r["largest_parameter_norm"] == own.largest_parameter_norm
+        assert r["held_out_min_count"] == min(h["accuracy"] for h in own.held_out)
         assert r["probe_norm"] is not None and r["probe_norm"] > 0
         assert np.isfinite(r["gap_ratio"]) and np.isfinite(r["erank_ratio"]) and 0 <= r["endpoint_angle"] <= np.pi
     toy = [r for r in result.rows if r["kind"] == "toy"]
@@ -464,6 +550,26 @@ def test_scaling_trains_one_head_organisms_and_sets_them_beside_the_toy(scaled):
     result.save(folder)
     assert ScalingResult.read(folder).to_dict() == result.to_dict()
     assert (folder / "organism_scaling.csv").read_text().count("\n") == len(result.rows) + 1
+
+
+def test_the_counting_tokenizer_writes_every_count_as_one_token(tmp_path, monkeypatch):
+    from transformers import AutoTokenizer
+
+    from countlens.llm.answers import answer_token_ids
+    from countlens.llm.models import load_tokenizer, resolve_model
+    from countlens.llm.organisms.scaling import counting_tokenizer
+
+    monkeypatch.setenv("COUNTLENS_CACHE", str(tmp_path))
+    assert counting_tokenizer("default", 9) == "default"  # SmolLM2 writes 0..9 as one token each already
+    folder = counting_tokenizer("default", 10)
+    assert folder.startswith(str(tmp_path)) and counting_tokenizer("default", 30) == folder  # made once
+    saved = AutoTokenizer.from_pretrained(folder)
+    assert [len(answer_token_ids(saved, n)) for n in (3, 10, 57, 999, 1000)] == [1, 1, 1, 1, 2]
+    assert saved.decode(answer_token_ids(saved, 57)) == "57"
+    base = load_tokenizer(resolve_model("default", progress=False))  # the same chat prompts, token for token
+    chat = [{"role": "user", "content": 'Count how many times "a" appears. Sequence: a b a'}]
+    assert saved.apply_chat_template(chat, add_generation_prompt=True) == base.apply_chat_template(
+        chat, add_generation_prompt=True)
 
 
 def test_the_scaling_view_shows_numbers_only_from_its_json(scaled):
