@@ -83,33 +83,38 @@ draws every kept result with the figure its experiment declares: Figures 7 and 9
 
 from __future__ import annotations
 
-import json
-import shutil
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
-from countlens.core.errors import ConfigError, UsageError, about
-from countlens.core.io import read_json, write_json_atomic
+from countlens.core.errors import ConfigError, about
 from countlens.core.options import ExperimentConfig
-from countlens.core.registry import Experiment, declare, discover
-from countlens.core.results import Result, config_record, result_provenance
+from countlens.core.registry import Experiment, declare
+from countlens.core.results import Result, result_provenance
 from countlens.llm.models import ModelSpec
+from countlens.llm.organisms.kept import KEPT_FILE, Kept, declared, organism_stamp  # noqa: F401 - re-exported
+from countlens.llm.organisms.verdicts import (  # noqa: F401 - re-exported
+    ACCURACY,
+    CHANCE_FACTOR,
+    DEAD,
+    KEPT,
+    LEAK,
+    PATCHED,
+    PROBED,
+    SLOPE,
+    ZERO,
+    ablation_verdict,
+    attribution_verdicts,
+    check_row,
+    live_blocks,
+    position_verdicts,
+    steering_slope,
+    steering_verdict,
+)
 
-ACCURACY = 0.99
-ZERO = 1e-6  # direct logit attribution of a zeroed head: relative to the largest |total| (nats per nat)
-DEAD = 1e-6  # nats, absolute: a zeroed head's ablation, measured on the float64 copy
-CHANCE_FACTOR = 2.0  # the item-reading head ablated: right-first at most this many times chance
-KEPT = 0.99  # position patching: normalised LD the construction fixes at 1
-LEAK = 0.01  # ... and at 0
-SLOPE = (0.5, 1.5)  # steering: expected-count change per unit of count-unit Δ
-PATCHED = 0.95
-PROBED = 0.95
 PROBE_ROWS = 240  # prompts captured for the probe checks (at least)
-KEPT_FILE = "kept.json"  # beside each kept result: the config and organism it was computed for
 
 
 @dataclass
@@ -146,78 +151,6 @@ class OrganismChecks(Result):
         return [c for c in self.checks if not c["passed"]]
 
 
-def declared(name: str) -> Experiment:
-    """The declared experiment ``name`` of the rooms the checks run (:mod:`countlens.core.registry`)."""
-    return {e.name: e for e in discover("countlens.llm", "countlens.probes")}[name]
-
-
-@dataclass
-class Kept:
-    """Where the checks keep what they compute: each experiment's result in ``folder/<experiment>/`` (the
-    result file and tables its own stage writes; its figures drawn from them by
-    :func:`countlens.llm.organisms.views.draw_checks`), each capture in ``folder/<capture>/acts``. A rerun reuses
-    a kept result whose :data:`KEPT_FILE` records the same config and ``organism`` (which organism: its
-    settings, steps and creation time), so an interrupted check resumes. ``folder=None``: nothing kept, the
-    captures go to ``work``."""
-
-    folder: Path | None = None
-    organism: dict[str, Any] = field(default_factory=dict)
-    work: Path | None = None
-    names: list[str] = field(default_factory=list)  # the kept experiments, in the order run
-
-    def _stamp(self, config: Any) -> dict[str, Any]:
-        return json.loads(json.dumps({"config": config_record(config), "organism": self.organism}))
-
-    def _holds(self, place: Path, stamp: dict[str, Any]) -> bool:
-        try:
-            return (place / KEPT_FILE).is_file() and read_json(place / KEPT_FILE, "kept record") == stamp
-        except UsageError:
-            return False
-
-    def result(self, name: str, config: Any, run: Callable[[], Result]) -> Result:
-        """Experiment ``name``'s result of ``config``: kept from an earlier run, or ``run()`` now (and kept)."""
-        if self.folder is None:
-            return run()
-        place, stamp = self.folder / name, self._stamp(config)
-        result_type = declared(name).result
-        self.names.append(name)
-        if self._holds(place, stamp):
-            try:
-                return result_type.read(place)
-            except UsageError:
-                pass
-        (place / KEPT_FILE).unlink(missing_ok=True)
-        result = run()
-        result.save(place)
-        write_json_atomic(place / KEPT_FILE, stamp)
-        return result
-
-    def capture(self, name: str, config: Any, loaded) -> Path:
-        """The capture folder of ``config`` (a :class:`~countlens.llm.capture.experiment.CaptureConfig`),
-        captured now unless kept (an interrupted capture resumes from its shards)."""
-        from countlens.llm.capture.experiment import run_capture
-
-        place = (self.folder if self.folder is not None else self.work) / name
-        stamp = self._stamp(config)
-        if self.folder is not None and (place / KEPT_FILE).is_file() and not self._holds(place, stamp):
-            shutil.rmtree(place)  # a capture of another organism or config, kept by an earlier run
-        run_capture(config, place / "acts", loaded=loaded, progress=False)
-        if self.folder is not None:
-            write_json_atomic(place / KEPT_FILE, stamp)
-        return place / "acts"
-
-    def record(self) -> list[dict[str, str]]:
-        """:attr:`OrganismChecks.kept` of what was kept."""
-        names = sorted(dict.fromkeys(self.names), key=lambda n: declared(n).order)
-        return [{"name": n, "title": declared(n).title, "file": declared(n).result.FILE} for n in names]
-
-
-def _check(name: str, value: Any, bound: Any, holds: str, detail: str) -> dict[str, Any]:
-    passed = {">=": lambda: value >= bound, "<=": lambda: value <= bound, "<": lambda: value < bound,
-              "==": lambda: value == bound, "in": lambda: bound[0] <= value <= bound[1]}[holds]()
-    return {"name": name, "value": value, "bound": bound, "holds": holds, "passed": bool(passed), "detail": detail}
-
-
 def spread_pairs(L: int, k: int = 6) -> tuple[list[int], list[int]]:
     """``k`` source → target count pairs spread over ``0..L`` (each source unequal to its target)."""
     counts = np.unique(np.linspace(0, L, k).round().astype(int)).tolist()
@@ -243,7 +176,7 @@ def answers_check(loaded, organism) -> dict[str, Any]:
     with torch.inference_mode():
         answers = answer_prompts(loaded.model, loaded.tokenizer, prompts, batch_size=32)
     accuracy = answers.accuracy([p.n for p in prompts])
-    return _check("answers", accuracy, ACCURACY, ">=", f"greedy accuracy on {len(prompts)} held-out prompts")
+    return check_row("answers", accuracy, ACCURACY, ">=", f"greedy accuracy on {len(prompts)} held-out prompts")
 
 
 def exact_copy(loaded):
@@ -287,12 +220,12 @@ def heads_checks(model: ModelSpec, organism, loaded, seeds: list[int], result=No
     ablated = sum(p["ablated"] for p in result.prompts)
     out = []
     if dead:
-        out.append(_check("dead heads", float(worst), DEAD, "<=",
+        out.append(check_row("dead heads", float(worst), DEAD, "<=",
                           f"largest |LD change| in nats (mean + std) over {len(dead)} zeroed heads and {ablated} "
                           "ablated prompts, float64"))
-        out.append(_check("dead heads alike", len({change[h] for h in dead}), 1, "==",
+        out.append(check_row("dead heads alike", len({change[h] for h in dead}), 1, "==",
                           f"distinct (mean, std) of the LD change among {len(dead)} zeroed heads"))
-    out.append(_check("live heads first", sorted(map(list, ranked)), sorted(map(list, live)), "==",
+    out.append(check_row("live heads first", sorted(map(list, ranked)), sorted(map(list, live)), "==",
                       f"the {len(live)} heads whose ablation moves the logit difference most"))
     return out
 
@@ -302,17 +235,6 @@ def item_reading_head(result, live_heads) -> tuple[int, int]:
     in a Figure 12 ``result`` (:class:`~countlens.llm.heads.experiment.HeadsResult`)."""
     return max((tuple(map(int, h)) for h in live_heads),
                key=lambda h: result.head(*h)["boundary_target_mean"])
-
-
-def ablation_verdict(removed: float, boundary: float, L: int, head: tuple[int, int], prompts: int
-                     ) -> dict[str, Any]:
-    """``item-reading head ablated`` from its numbers: greedy accuracy with the head removed (``removed``),
-    held to :data:`CHANCE_FACTOR` ``/ (L + 1)``; ``boundary``: Figure 12's boundary-only ablation, right-first
-    fraction (reported, not held to a bound)."""
-    return _check("item-reading head ablated", float(removed), CHANCE_FACTOR / (int(L) + 1), "<=",
-                  f"greedy accuracy with head {head[0]}.{head[1]} removed, {prompts} held-out prompts of counts "
-                  f"0..{L}, chance {1 / (int(L) + 1):.3f}; its boundary output mean-ablated instead (Figure 12): "
-                  f"right count ranked first on {boundary:.3f}")
 
 
 def removed_accuracy(organism, loaded, seeds: list[int], head: tuple[int, int]) -> tuple[float, int]:
@@ -411,10 +333,10 @@ def components_checks(model: ModelSpec, organism, loaded, seeds: list[int], kept
     ranked = sorted(share, key=lambda h: -float(np.mean(share[h])))[:len(live)]
     out = []
     if dead:
-        out.append(_check("DLA dead heads", float(max(max(share[h]) for h in dead) / scale), ZERO, "<=",
+        out.append(check_row("DLA dead heads", float(max(max(share[h]) for h in dead) / scale), ZERO, "<=",
                           f"largest |direct share| of {len(dead)} zeroed heads on {len(rows) // max(1, len(share))}"
                           f" prompts (n vs n - 1), over the largest |total| ({scale:.3g} nats)"))
-    out.append(_check("DLA live heads first", sorted(map(list, ranked)), sorted(map(list, live)), "==",
+    out.append(check_row("DLA live heads first", sorted(map(list, ranked)), sorted(map(list, live)), "==",
                       f"the {len(live)} heads with the largest mean |direct share| (n vs n - 1)"))
     return out
 
@@ -433,7 +355,7 @@ def patching_check(model: ModelSpec, organism, loaded, seeds: list[int], tokeniz
     result = (kept or Kept()).result("patching", patching, lambda: run_patching(patching, loaded=loaded))
     first = [tokenizer(r["patched_answer_text"], add_special_tokens=False)["input_ids"][:1]
              == answer_token_ids(tokenizer, r["n_source"])[:1] for r in result.rows]
-    return _check("boundary patching", float(np.mean(first)), PATCHED, ">=",
+    return check_row("boundary patching", float(np.mean(first)), PATCHED, ">=",
                   f"patched first answer token = the source count's, {len(first)} pairs at the last location")
 
 
@@ -446,40 +368,6 @@ def one_token_counts(tokenizer, L: int, template: str = "chat") -> list[int]:
 
     ids = candidate_token_ids(tokenizer, list(range(int(L) + 1)), template)
     return [n for n, tokens in enumerate(ids) if len(tokens) == 1]
-
-
-def live_blocks(live_heads) -> tuple[int, int]:
-    """(first, last) block holding a live head."""
-    blocks = [int(b) for b, _ in live_heads]
-    return min(blocks), max(blocks)
-
-
-def position_verdicts(result, live_heads, item_block: int | None = None) -> list[dict[str, Any]]:
-    """``position patching: flipped item before`` / ``boundary before`` / ``boundary after`` from a Figure 11
-    ``result`` (:class:`~countlens.llm.positions.experiment.PositionPatchingResult`; its ``summary``: per
-    location the mean normalised LD of each position group): the flipped item's smallest mean at the locations
-    ``<= b0``, the boundary's largest there, and the boundary's smallest at the locations ``> b1`` (``b0``,
-    ``b1``: the first and last block holding a live head; location ``i`` is the residual after ``i`` blocks).
-    A location group with no normalised pair counts as 0 (the flipped item) or 1 (the boundary before): a
-    check cannot pass on missing numbers."""
-    b0, b1 = live_blocks(live_heads)
-    before = [r for r in result.summary if int(r["index"]) <= b0]
-    after = [r for r in result.summary if int(r["index"]) > b1]
-    flipped = min((0.0 if r["flipped"] is None else float(r["flipped"]) for r in before), default=0.0)
-    leak = max((1.0 if r["boundary"] is None else float(r["boundary"]) for r in before), default=1.0)
-    moved = min((0.0 if r["boundary"] is None else float(r["boundary"]) for r in after), default=0.0)
-    pairs = sum(p.normalised for p in result.pairs)
-    where = (f"{pairs} normalised pairs (last target flipped); first/last live block {b0}/{b1}"
-             + ("" if item_block is None else f", item-reading head's block {item_block}"))
-
-    def names(rows):
-        return ", ".join(r["name"] for r in rows) or "none"
-    return [_check("position patching: flipped item before", flipped, KEPT, ">=",
-                   f"smallest mean normalised LD at the flipped item at {names(before)}; {where}"),
-            _check("position patching: boundary before", leak, LEAK, "<=",
-                   f"largest mean normalised LD at the boundary at {names(before)}; {where}"),
-            _check("position patching: boundary after", moved, KEPT, ">=",
-                   f"smallest mean normalised LD at the boundary at {names(after)}; {where}")]
 
 
 def position_checks(model: ModelSpec, organism, loaded, seeds: list[int], item_block: int | None = None,
@@ -504,32 +392,6 @@ def position_checks(model: ModelSpec, organism, loaded, seeds: list[int], item_b
     return position_verdicts(result, organism.live_heads, item_block)
 
 
-def attribution_verdicts(result, live_heads) -> list[dict[str, Any]]:
-    """The attribution-patching checks from one Figure 15 run (:class:`~countlens.llm.attribution.
-    experiment.AttributionResult`): AtP's estimate for every zeroed head is zero (its slice of the output
-    projection is zero, so the gradient through it is exactly zero: at most :data:`DEAD` nats, absolute), and
-    the heads AtP ranks first by mean |estimate| are exactly the live ones, as activation patching's are; the
-    heads' Spearman ρ between the two is in the detail."""
-    live = {tuple(h) for h in live_heads}
-    heads = [c for c in result.cells if c["kind"] == "head"]
-    dead = [abs(c["atp"]) for c in heads if (c["layer"], c["head"]) not in live]
-    worst = max(dead) if dead else 0.0
-    by_head: dict[tuple[int, int], list[tuple[float, float]]] = {}
-    for c in heads:
-        by_head.setdefault((c["layer"], c["head"]), []).append((abs(c["atp"]), abs(c["act"])))
-    means = {h: np.mean(v, axis=0) for h, v in by_head.items()}
-    top_atp = {h for h in sorted(means, key=lambda h: -means[h][0])[:len(live)]}
-    top_act = {h for h in sorted(means, key=lambda h: -means[h][1])[:len(live)]}
-    rho = result.agreement.get("head", {}).get("spearman")
-    fmt = ", ".join(f"{b}.{h}" for b, h in sorted(top_atp))
-    return [_check("AtP dead heads", worst, DEAD, "<=",
-                   f"largest |AtP estimate| of a zeroed head over {len(dead)} head cells (nats)"),
-            _check("AtP live heads first", top_atp == live and top_act == live, True, "==",
-                   f"AtP's first heads {fmt}; activation patching's "
-                   f"{', '.join(f'{b}.{h}' for b, h in sorted(top_act))}; heads' Spearman rho "
-                   + ("n/a" if rho is None else f"{rho:.3f}"))]
-
-
 def attribution_checks(model: ModelSpec, organism, loaded, seeds: list[int], kept: Kept | None = None
                        ) -> list[dict[str, Any]]:
     """:func:`attribution_verdicts` of Figure 15 on the prompts of the position checks (counts whose answers are
@@ -547,27 +409,6 @@ def attribution_checks(model: ModelSpec, organism, loaded, seeds: list[int], kep
     attribution = AttributionConfig(model=model, prompts=prompts, positions="items")
     result = (kept or Kept()).result("attribution", attribution, lambda: run_attribution(attribution, loaded=loaded))
     return attribution_verdicts(result, organism.live_heads)
-
-
-def steering_slope(result) -> float:
-    """Least-squares slope of the mean expected-count change on Δ along ``mean-diff`` in a Figure 9b
-    ``result`` (:class:`~countlens.llm.steering.experiment.SteeringResult`), counts per unit Δ; NaN with
-    fewer than two finite points."""
-    points = [(c["delta"], c["mean_expected_shift"]) for c in result.curves.get("mean-diff", [])
-              if c["mean_expected_shift"] is not None and np.isfinite(c["mean_expected_shift"])]
-    if len({d for d, _ in points}) < 2:
-        return float("nan")
-    x, y = np.array(points, dtype=np.float64).T
-    return float(np.polyfit(x, y, 1)[0])
-
-
-def steering_verdict(result) -> dict[str, Any]:
-    """``steering slope`` of a Figure 9b ``result``: :func:`steering_slope` within :data:`SLOPE` (NaN fails)."""
-    slope = steering_slope(result)
-    deltas = [c["delta"] for c in result.curves.get("mean-diff", [])]
-    return _check("steering slope", slope, list(SLOPE), "in",
-                   f"expected count per unit delta along the mean difference at {result.location}, count units, "
-                   f"deltas {', '.join(f'{d:g}' for d in deltas)}, counts {', '.join(map(str, result.config['counts']))}")
 
 
 def steering_window(L: int) -> tuple[list[float], list[int]]:
@@ -636,9 +477,9 @@ def probe_checks(model: ModelSpec, organism, loaded, kept: Kept) -> list[dict[st
     accuracy = {p.index: p.stat("test_rounded_acc")[0] for p in probes.locations}
     before = max(accuracy[i] for i in accuracy if i < first)
     names = {p.index: p.name for p in probes.locations}
-    return [_check("probe after the live heads", float(accuracy[first]), PROBED, ">=",
+    return [check_row("probe after the live heads", float(accuracy[first]), PROBED, ">=",
                    f"test rounded accuracy at {names[first]}, {rows} held-out prompts"),
-            _check("probe before the live heads", float(before), PROBED, "<",
+            check_row("probe before the live heads", float(before), PROBED, "<",
                    f"best test rounded accuracy at {', '.join(names[i] for i in sorted(names) if i < first)}")]
 
 
@@ -668,11 +509,6 @@ def lens_run(loaded, acts: Path, kept: Kept):
 
     lens = LensConfig(acts=str(acts), probes=str(kept.folder / "probe" / ProbeResult.FILE))
     return kept.result("lens", lens, lambda: run_lens(lens, loaded=loaded))
-
-
-def organism_stamp(organism) -> dict[str, Any]:
-    """Which organism a kept result is of (:class:`Kept`): its settings, steps and creation time."""
-    return {"config": organism.config, "steps": organism.steps, "created": organism.provenance.get("created_utc")}
 
 
 def check_organism(folder: str | Path, keep: str | Path | None = None, progress: bool = False) -> OrganismChecks:

@@ -37,7 +37,7 @@ PLANTED = {
 def draw_checks(result: OrganismChecks, folder: str | Path) -> list[Path]:
     """Each kept experiment's figures (``folder/<experiment>/``), drawn by its declared ``figure`` from its
     kept result; the paths written."""
-    from countlens.llm.organisms.checks import declared
+    from countlens.llm.organisms.kept import declared
 
     written: list[Path] = []
     for kept in result.kept:
