@@ -40,8 +40,8 @@ from countlens.llm.answers import (
     ANSWER_TOKENS,
     answer_candidates,
     answering_runner,
-    candidate_token_ids,
     check_generation_prompt,
+    checked_candidates,
 )
 from countlens.llm.capture.residuals import (
     BACKENDS,
@@ -275,14 +275,11 @@ def _plan(config: CaptureConfig, progress: bool, pool: ModelPool | None) -> Capt
 
 
 def _check_candidates(tokenizer, config: CaptureConfig, n_ctx: int | None, longest: int) -> None:
-    """``ConfigError`` where a candidate answer encodes to no tokens, or where the longest prompt and the
-    longest candidate answer do not fit the model's context together."""
+    """``ConfigError`` where a candidate answer encodes to no tokens or two encode alike
+    (:func:`~countlens.llm.answers.checked_candidates`, the check every answer-scoring read-out makes), or where
+    the longest prompt and the longest candidate answer do not fit the model's context together."""
     counts = answer_candidates(config.prompts.counts)
-    try:
-        ids = candidate_token_ids(tokenizer, counts, config.prompts.template)
-    except ValueError as exc:
-        raise ConfigError("counts", literal(f"{exc}; the tokenizer cannot write these answers") + " ({counts})"
-                          ) from None
+    ids = checked_candidates(tokenizer, counts, config.prompts.template, "counts")
     tokens = max(len(t) for t in ids)
     if n_ctx is not None and longest + tokens > n_ctx:
         field, fix, also = _shorter(config.prompts)
