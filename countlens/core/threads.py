@@ -17,15 +17,16 @@ TOY_THREADS = 1
 
 @contextlib.contextmanager
 def torch_threads(n: int | None) -> Iterator[None]:
-    """At most ``n`` torch intra-op threads inside the block, the previous count restored after it
-    (``None``: leave the process's count)."""
+    """At most ``n`` torch intra-op threads inside the block — never more than the process already has (a
+    test worker's one thread stays one) — the previous count restored after it (``None``: leave the
+    process's count)."""
     if n is None:
         yield
         return
     import torch
 
     before = torch.get_num_threads()
-    torch.set_num_threads(int(n))
+    torch.set_num_threads(min(int(n), before))
     try:
         yield
     finally:

@@ -279,8 +279,9 @@ def _act_cells(model, plan: AttributionPlan, base_ids, source_ids, candidates, p
     heads = positions_patcher(attn_z, head_dim=head_dim)
     for b in plan.layers:
         every = heads.logprobs_every_position(b, range(plan.n_heads))  # (H, 2)
+        boundary = heads.logprobs_heads(b, T - 1, range(plan.n_heads))  # (H, 2)
         for h in range(plan.n_heads):
-            out[("head", b, h, T - 1)] = heads.logprobs(b, [T - 1], head=h)[0]
+            out[("head", b, h, T - 1)] = boundary[h]
             trivial[("head", b, h, T - 1)] = heads.unchanged(b, T - 1, h)
             out[("head", b, h, None)] = every[h]
             trivial[("head", b, h, None)] = heads.first_change(b, h) is None

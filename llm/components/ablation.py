@@ -72,14 +72,18 @@ def patched_step_scores(model, prompts, candidates, setters_of: Callable[[list[i
 def ablated_component_scores(model, prompts, candidates, sites: Sequence[HookSite], means: np.ndarray, pad_id: int,
                              batch_size: int = 8, progress=None) -> np.ndarray:
     """log p(candidate) with one write replaced by its mean: (P, len(sites), K) float64; ``means`` (len(sites),
-    d) the mean boundary write of each site over the prompt set. ``progress(k)`` after each site of each batch."""
+    d) the mean boundary write of each site over the prompt set. Per batch of ``batch_size`` prompts the prompt
+    before the boundary runs once; then one boundary step per site from that cache. ``progress(k)`` after each
+    site of each batch."""
     out = np.zeros((len(prompts), len(sites), len(candidates[0])), dtype=np.float64)
-    for j, site in enumerate(sites):
-        out[:, j] = patched_step_scores(model, prompts, candidates,
-                                        lambda idx, site=site, j=j: [boundary_write_setter(site, means[j])],
-                                        pad_id, batch_size)
-        if progress is not None:
-            progress(len(prompts))
+    for start in range(0, len(prompts), batch_size):
+        idx = list(range(start, min(start + batch_size, len(prompts))))
+        batch = PrefixBatch(model, [prompts[i] for i in idx], pad_id)
+        rows, cands = list(range(len(idx))), [candidates[i] for i in idx]
+        for j, site in enumerate(sites):
+            out[idx, j], _ = batch.step(rows, cands, Patch(model, [boundary_write_setter(site, means[j])]))
+            if progress is not None:
+                progress(len(idx))
     return out
 
 

@@ -82,6 +82,9 @@ def register(subparsers) -> None:
                                                   "default pairs)")
     tr.add_argument("--lr", type=float, default=d.lr, help="AdamW learning rate")
     tr.add_argument("--batch-size", dest="batch_size", type=int, default=d.batch_size, help="prompts per step")
+    tr.add_argument("--softmax", choices=("task", "full"), default=d.softmax,
+                    help="the training loss's softmax: over the task's tokens (those of its prompts and answers; "
+                         "faster) or the full vocabulary; accuracy is always of the full-vocabulary greedy answer")
     tr.add_argument("--max-steps", dest="max_steps", type=int, default=d.max_steps,
                     help="most training steps (a resumed run may raise it)")
     tr.add_argument("--eval-every", dest="eval_every", type=int, default=d.eval_every,
@@ -129,7 +132,7 @@ def train_config(args):
                           attention_only=args.attention_only, live_heads=parse_live_heads(args.live_heads),
                           seed=args.seed, tokenizer=args.tokenizer, lr=args.lr, batch_size=args.batch_size,
                           max_steps=args.max_steps, eval_every=args.eval_every,
-                          target_accuracy=args.target_accuracy, **extra)
+                          target_accuracy=args.target_accuracy, softmax=args.softmax, **extra)
 
 
 def cmd_train(args) -> int:

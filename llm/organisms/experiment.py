@@ -56,6 +56,7 @@ CHECKPOINT = Path(".train") / "checkpoint.pt"
 WARMUP = 50  # steps of linear learning-rate warm-up
 DECAY = 250  # then the rate falls as DECAY / step: a function of the step alone, so a resumed run (whatever its
 # max_steps) follows the schedule an uninterrupted one would; the fall settles the last errors
+SOFTMAX = ("task", "full")  # the training softmax's vocabulary: the task's tokens, or every token
 RESULT_FILE = "organism.json"
 HELD_OUT_CSV = "organism_held_out.csv"
 # What an organism folder may hold besides its own files: the weights, tokenizer and config files
@@ -93,7 +94,9 @@ class OrganismConfig(ExperimentConfig):
     AdamW at ``lr`` (:func:`learning_rate`: a warm-up, then a fall as 1 / step), ``batch_size`` prompts a step,
     at most ``max_steps`` steps, until the greedy answers are right on ``target_accuracy`` of the held-out prompts
     (``held_out_seeds`` data seeds of every count, pair and wording), checked every ``eval_every`` steps;
-    ``seed`` fixes the initialisation and the order of the prompts."""
+    ``seed`` fixes the initialisation and the order of the prompts; ``softmax``: the training loss's softmax over
+    the ``task``'s tokens (every token of its prompts and answers) or the ``full`` vocabulary (accuracy is
+    always of the full-vocabulary greedy answer; :mod:`.train`, "Loss")."""
 
     L: int = 30
     layers: int = 2
@@ -106,11 +109,12 @@ class OrganismConfig(ExperimentConfig):
     pairs: list[list[str]] = field(default_factory=lambda: [list(p) for p in DEFAULT_PAIRS])
     configs: list[str] = field(default_factory=lambda: list(CONFIGURATIONS))
     lr: float = 5e-3
-    batch_size: int = 64
+    batch_size: int = 32
     max_steps: int = 3000
     eval_every: int = 100
     held_out_seeds: int = 2
     target_accuracy: float = 0.99
+    softmax: str = "task"
 
     FIELDS: ClassVar[dict] = {"L": AtLeast(1), "layers": AtLeast(1), "heads": AtLeast(1), "width": AtLeast(2),
                               "seed": AtLeast(0), "lr": Positive(), "batch_size": AtLeast(1),
@@ -130,6 +134,8 @@ class OrganismConfig(ExperimentConfig):
         if (self.width // self.heads) % 2:
             raise ConfigError("width", f"{{width}} / {{heads}} is the head size, which rotary positions need even; "
                                        f"got {self.width // self.heads}", also=("heads",))
+        if self.softmax not in SOFTMAX:
+            raise ConfigError("softmax", f"{{softmax}} is one of {', '.join(SOFTMAX)}, got {literal(repr(self.softmax))}")
         if self.target_accuracy > 1:
             raise ConfigError("target_accuracy", f"{{target_accuracy}} is a fraction in (0, 1], got "
                                                  f"{self.target_accuracy}")
@@ -209,6 +215,7 @@ class OrganismPlan:
     shape: T.Shape
     answers: dict[int, list[int]]
     held_out: list[Any]
+    vocab: Any  # the training softmax's token ids (sorted, (K,)), None for the full vocabulary
     out: Path
     done: OrganismResult | None
     resume: Path | None
@@ -281,7 +288,11 @@ def plan_organism(config: OrganismConfig, out: str | os.PathLike, progress: bool
     shape = T.Shape(layers=config.layers, heads=config.heads, width=config.width,
                     mlp_width=0 if config.attention_only else 4 * config.width, vocab=len(tokenizer),
                     context=max(1024, 2 * longest), bos=bos, eos=eos, pad=pad)
-    return OrganismPlan(config, tokenizer, ref.model_id, shape, answers, held_out, out, done, resume)
+    # The task's tokens: every one the prompts (every count, pair and wording; the training seeds differ only in
+    # the order of the same items) and the answers hold, and end-of-turn.
+    vocab = (T.task_vocabulary([p.ids for p in held_out] + list(answers.values()), [eos])
+             if config.softmax == "task" else None)
+    return OrganismPlan(config, tokenizer, ref.model_id, shape, answers, held_out, vocab, out, done, resume)
 
 
 def _settings(config: OrganismConfig, seeds: list[int]) -> PromptSettings:
@@ -405,8 +416,9 @@ def run_organism(config: OrganismConfig, *, out: str | os.PathLike, progress: bo
     model = T.build_model(shape, live, config.seed)
     average = copy.deepcopy(model)  # the organism: the trained weights' moving average
     masks = T.dead_masks(model, shape, live)
+    # fused: one kernel for the whole update (the 49k-row embedding's included), 4x faster than the default
     optimiser = torch.optim.AdamW(T.trained_parameters(model, shape), lr=config.lr, betas=(0.9, 0.98),
-                                  weight_decay=0.0)
+                                  weight_decay=0.0, fused=True)
     step, curve, seconds = 0, [], 0.0
     if plan.resume is not None:
         state = torch.load(plan.resume, map_location="cpu", weights_only=False)
@@ -423,7 +435,7 @@ def run_organism(config: OrganismConfig, *, out: str | os.PathLike, progress: bo
             for group in optimiser.param_groups:
                 group["lr"] = learning_rate(config.lr, step)
             model.train()
-            loss = T.answer_loss(model, _rows(plan, stream.batch(step)))
+            loss = T.answer_loss(model, _rows(plan, stream.batch(step)), plan.vocab)
             optimiser.zero_grad(set_to_none=True)
             loss.backward()
             T.apply_masks(model, masks, grad=True)
@@ -490,18 +502,20 @@ def read_organism(folder: str | os.PathLike) -> OrganismResult:
 declare(Experiment(
     "organism", "Model organism: a chat model trained to count, its circuit planted", OrganismConfig, run_organism,
     OrganismResult, order=900, places={"out": "model"}, output="model", options={"progress": True, "reuse": True},
-    # One torch thread: on the busy 2-core machine 40 training steps took 31 s on one thread and 121 s on two
-    # (CPU 16 s against 48 s: at width 64 the second thread mostly spins).
-    threads=1,
+    # Two torch threads, as the other model stages have (the report's stages run one at a time): on the idle
+    # 2-core machine a training step takes 97 ms on two and 138 ms on one (BENCHMARKS.md). `organism train`
+    # keeps one by default (--threads): on a busy machine two were 3.9x slower.
+    threads=2,
     figure="countlens.llm.organisms.figures:draw_organism", plot="countlens.llm.organisms.figures:plot_organism",
     view="countlens.llm.organisms.figures:organism_view",
     # quick and full: the default organism (L = 30, 2 blocks x 4 heads, width 64) with two live heads, one per
-    # block, so the checks have zeroed heads to test; test: one block of two heads at L = 3 (seconds).
+    # block, so the checks have zeroed heads to test; test: one block of two heads at L = 3 (seconds), with the
+    # full softmax: at L = 3 the task's took twice the steps and left the steering slope at 0.497.
     presets={"quick": OrganismConfig(live_heads=[[0, 1], [1, 3]]),
              "full": OrganismConfig(live_heads=[[0, 1], [1, 3]]),
              "test": OrganismConfig(L=3, layers=1, heads=2, width=16, live_heads=[[0, 1]], pairs=[["a", "b"]],
                                     configs=["count", "tally"], lr=1e-2, batch_size=16, max_steps=300,
-                                    eval_every=20)}))
+                                    eval_every=20, softmax="full")}))
 
 
 __all__ = ["HELD_OUT_SEED", "OrganismConfig", "OrganismResult", "OrganismPlan", "parse_live_heads", "heads_text",

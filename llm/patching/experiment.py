@@ -53,6 +53,8 @@ from countlens.llm.models import (
 from countlens.llm.patching.edits import logit_difference, scored_answers
 from countlens.llm.prompts import DEFAULT_PAIRS, Prompt, PromptSettings, build_prompts
 
+QUICK_LOCATIONS = "0:-1:2,-1"  # the quick preset's locations: every other one, and the last
+
 
 def _patching_prompts() -> PromptSettings:
     """Figure 9a's quick prompt set: L = 64, one token pair, wording and seed (its counts: the default sources
@@ -351,7 +353,9 @@ def boundary_vectors(model, tokenizer, prompts, locations: list[int], batch_size
 declare(Experiment(
     "patching", "Figure 9a: boundary activation patching", PatchingConfig, run_patching, PatchingResult, order=150,
     figure="countlens.llm.patching.figures:draw_patching", plot="countlens.llm.patching.figures:plot_patching", view="countlens.llm.patching.figures:patching_view",
-    presets={"quick": PatchingConfig(),
+    # quick: every other location and the last (16 of SmolLM2's 31): each location is one prompt pass per pair,
+    # and the 31 took 49 s of make demo (BENCHMARKS.md)
+    presets={"quick": PatchingConfig(locations=QUICK_LOCATIONS),
              # Every token pair and wording, three seeds, counts across the range.
              "full": PatchingConfig().with_options(L=256, sources=[40, 30, 20, 10, 5, 3],
                                                    targets=[3, 5, 10, 20, 30, 40],

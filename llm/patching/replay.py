@@ -214,6 +214,23 @@ class PositionPatcher:
             self.runs += len(mine)
         return out
 
+    def logprobs_heads(self, location: int, position: int, heads: Sequence[int]) -> np.ndarray:
+        """(len(heads), K) log-probabilities of the candidates after patching one head's slice at ``position`` of
+        per-head site ``location`` — head ``heads[r]`` in row ``r``: :meth:`logprobs` of each head, batched."""
+        position, heads = int(position), [int(h) for h in heads]
+        if position < 0 or position >= self.T:
+            raise ValueError(f"positions must lie in 0..{self.T - 1}")
+        if self.site == "resid" or self.head_dim is None:
+            raise ValueError("patching one head needs a per-head site and its head_dim")
+        out = np.tile(self.corrupt, (len(heads), 1))
+        todo = [j for j, h in enumerate(heads)
+                if not (self.skip_unchanged and self.unchanged(location, position, h))]
+        run = self._cached if self.method == "cached" else self._naive
+        for mine in self._batches(todo):
+            out[mine] = run(location, [position] * len(mine), [heads[j] for j in mine])
+            self.runs += len(mine)
+        return out
+
     def first_change(self, location: int, head: int | None = None) -> int | None:
         """The first position whose clean and corrupted values at site ``location`` differ (``head``: in that head's
         slice), or ``None`` where none does."""
@@ -278,13 +295,17 @@ class PositionPatcher:
         for start in range(0, len(todo), self.batch_size):
             yield todo[start:start + self.batch_size]
 
-    def _setter(self, location: int, positions: list[int], head: int | None, shift: int = 0) -> Setter:
-        """The clean values of ``positions`` written at ``positions - shift`` of a batch of one row each."""
-        value = self._value(0, location, positions, head)  # (rows, w)
+    def _setter(self, location: int, positions: list[int], head, shift: int = 0) -> Setter:
+        """The clean values of ``positions`` written at ``positions - shift`` of a batch of one row each
+        (``head``: ``None`` for the whole vector, one head for every row, or a list of one head per row)."""
         at = [p - shift for p in positions]
         if head is None:
-            return Setter(self.sites[location], value, positions=at)
-        return Setter(self.sites[location], value, positions=at, head=[head] * len(at), width=self.head_dim)
+            return Setter(self.sites[location], self._value(0, location, positions, None), positions=at)
+        import torch
+
+        heads = list(head) if isinstance(head, (list, tuple)) else [head] * len(at)
+        value = torch.stack([self._value(0, location, p, h) for p, h in zip(positions, heads, strict=True)])
+        return Setter(self.sites[location], value, positions=at, head=heads, width=self.head_dim)
 
     def _score(self, logits, cache, rows: int) -> np.ndarray:
         import torch
@@ -294,7 +315,7 @@ class PositionPatcher:
         last = torch.full((rows, 1), self.T - 1, device=device)
         return score_candidates(self.model, logits, cache, mask, last, self.candidates)
 
-    def _naive(self, location: int, positions: list[int], head: int | None = None) -> np.ndarray:
+    def _naive(self, location: int, positions: list[int], head=None) -> np.ndarray:
         import torch
 
         from countlens.llm.answers import _forward
@@ -307,7 +328,7 @@ class PositionPatcher:
             logits, cache = _forward(self.model, ids, mask, pos_ids, last_only=True)
         return self._score(logits, cache, rows)
 
-    def _cached(self, location: int, positions: list[int], head: int | None = None) -> np.ndarray:
+    def _cached(self, location: int, positions: list[int], head=None) -> np.ndarray:
         import torch
 
         from countlens.llm.answers import _forward

@@ -10,7 +10,8 @@ import pytest
 from countlens.pipeline.cli import main
 
 TINY = ["--L", "3", "--layers", "1", "--heads", "2", "--width", "16", "--live-heads", "0.1", "--pairs", "a/b",
-        "--lr", "0.01", "--batch-size", "16", "--max-steps", "400", "--eval-every", "20", "--quiet", "--threads", "1"]
+        "--lr", "0.01", "--batch-size", "16", "--max-steps", "400", "--eval-every", "20", "--softmax", "full", "--quiet",
+        "--threads", "1"]
 
 
 def organism(*argv: str) -> int:

@@ -353,6 +353,11 @@ def test_patching_every_position_from_the_first_change_is_the_whole_prompt_patch
             z = PositionPatcher(model, pp.corrupt.ids, pp.clean.ids, cands, method, site=attention_output_site(arch),
                                 head_dim=hd)
             got[method] = np.concatenate([whole.logprobs_every_position(1), z.logprobs_every_position(1, range(H))])
+            # every head's boundary cell in one batch equals each head patched on its own
+            last = pp.clean.n_tokens - 1
+            one_by_one = np.concatenate([z.logprobs(1, [last], head=h) for h in range(H)])
+            np.testing.assert_allclose(z.logprobs_heads(1, last, range(H)), one_by_one, atol=1e-5)
+            assert np.abs(one_by_one - z.corrupt).max() > 1e-4
             assert whole.first_change(1) == pp.flipped_position  # before the turned item nothing differs
     np.testing.assert_allclose(got["cached"], got["naive"], atol=1e-4)
     assert np.abs(got["naive"] - whole.corrupt).max() > 1e-4  # the patches move the scores

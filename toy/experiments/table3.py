@@ -21,6 +21,7 @@ from countlens.toy.train import TrainConfig
 
 PAPER_GRID = (10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)  # Table 3's attained lengths (paper)
 QUICK_GRID = (10, 20, 50, 100, 200)  # the reduced attained grid: the quick column stops at 200
+QUICK_B = (10.0, 30.0, 100.0)  # the quick preset's caps (Figure 2's panel (d))
 
 # Table 3's attained fields and the TrainConfig field each sets in every attained run.
 _TRAIN_FIELDS = {"attained_steps": "steps", "attained_loss": "loss", "attained_parametrization": "parametrization",
@@ -163,7 +164,16 @@ def constructed_column(variant: str, cells: list[LMax], d: int) -> dict[str, Any
     """Table 3's "constr." column of ``variant`` (one cell per cap), beside the paper's at d = 16."""
     return {"B": [r.B for r in cells], "l_max": [r.L for r in cells], "max_norm": [r.max_norm for r in cells],
             "worst_error": [r.worst_error for r in cells],
-            "paper_constr": list(TABLE3_PAPER[variant]) if variant in TABLE3_PAPER and d == 16 else None}
+            "paper_constr": _paper_column(variant, [r.B for r in cells], d)}
+
+
+def _paper_column(variant: str, Bs: list[float], d: int) -> list[Any] | None:
+    """The paper's constructed L at each cap of ``Bs`` (``None`` at a cap the paper's table lacks), or ``None``
+    where the paper gives no column (another variant, or d != 16)."""
+    if variant not in TABLE3_PAPER or d != 16:
+        return None
+    paper = dict(zip((float(b) for b in TABLE3_B), TABLE3_PAPER[variant], strict=True))
+    return [paper.get(float(B)) for B in Bs]
 
 
 def run_table3(config: Table3Config, progress: bool = False, cache: ResultCache | None = None,
@@ -196,12 +206,16 @@ def run_table3(config: Table3Config, progress: bool = False, cache: ResultCache 
 declare(Experiment(
     "toy-table3", "Table 3: capacity under a cap", Table3Config, run_table3, Table3Result, order=40,
     view="countlens.toy.figures:table3_view", output=Table3Result.FILE,
-    presets={"quick": Table3Config(attained=True), "full": Table3Config.paper(attained=True),
+    # quick: the caps up to 100 (Figure 2's) and the climb to 500; the caps 300 and 1000 cost half of Table 3
+    # (their constructions are checked up to L = 74,374, their climbs reach 1,000) and the climb's last step
+    # another 30 s: both are the full preset's (BENCHMARKS.md)
+    presets={"quick": Table3Config(B=QUICK_B, attained=True, attained_grid=(*QUICK_GRID, 500)),
+             "full": Table3Config.paper(attained=True),
              "test": Table3Config(d=4, B=(10,), attained=True, attained_grid=(5, 10), attained_seeds=(0,),
                                   attained_steps=5)},
     options=lambda c: {"progress": True, "workers": workers_for(len(TABLE3_VARIANTS))},
     cache=True, threads=TOY_THREADS))
 
 
-__all__ = ["PAPER_GRID", "QUICK_GRID", "Table3Config", "Table3Result", "run_table3", "l_max_cache_key",
+__all__ = ["PAPER_GRID", "QUICK_GRID", "QUICK_B", "Table3Config", "Table3Result", "run_table3", "l_max_cache_key",
            "constructed_column"]
