@@ -196,38 +196,29 @@ class PositionPatcher:
         """(len(positions), K) log-probabilities of the candidates after patching each position at site
         ``location`` (a residual location, or a block for a per-block site; ``head``: one head's slice)."""
         positions = [int(p) for p in positions]
-        if any(p < 0 or p >= self.T for p in positions):
-            raise ValueError(f"positions must lie in 0..{self.T - 1}")
-        if head is not None and (self.site == "resid" or self.head_dim is None):
-            raise ValueError("patching one head needs a per-head site and its head_dim")
-        out = np.zeros((len(positions), len(self.candidates)))
-        todo = []
-        for j, p in enumerate(positions):
-            if self.skip_unchanged and self.unchanged(location, p, head):
-                out[j] = self.corrupt
-            else:
-                todo.append(j)
-        todo.sort(key=lambda j: positions[j])
-        run = self._cached if self.method == "cached" else self._naive
-        for mine in self._batches(todo):
-            out[mine] = run(location, [positions[j] for j in mine], head)
-            self.runs += len(mine)
-        return out
+        return self._patched(location, positions, [head] * len(positions))
 
     def logprobs_heads(self, location: int, position: int, heads: Sequence[int]) -> np.ndarray:
         """(len(heads), K) log-probabilities of the candidates after patching one head's slice at ``position`` of
         per-head site ``location`` — head ``heads[r]`` in row ``r``: :meth:`logprobs` of each head, batched."""
-        position, heads = int(position), [int(h) for h in heads]
-        if position < 0 or position >= self.T:
+        heads = [int(h) for h in heads]
+        return self._patched(location, [int(position)] * len(heads), heads)
+
+    def _patched(self, location: int, positions: list[int], heads: list[int | None]) -> np.ndarray:
+        """Row ``j``: position ``positions[j]`` patched (head ``heads[j]``'s slice, or the whole vector for
+        ``None``); unchanged cells are the corrupted run's scores, the rest run in batches by position."""
+        if any(p < 0 or p >= self.T for p in positions):
             raise ValueError(f"positions must lie in 0..{self.T - 1}")
-        if self.site == "resid" or self.head_dim is None:
+        whole = all(h is None for h in heads)
+        if not whole and (self.site == "resid" or self.head_dim is None):
             raise ValueError("patching one head needs a per-head site and its head_dim")
-        out = np.tile(self.corrupt, (len(heads), 1))
-        todo = [j for j, h in enumerate(heads)
-                if not (self.skip_unchanged and self.unchanged(location, position, h))]
+        out = np.tile(self.corrupt, (len(positions), 1))
+        todo = [j for j, (p, h) in enumerate(zip(positions, heads, strict=True))
+                if not (self.skip_unchanged and self.unchanged(location, p, h))]
+        todo.sort(key=lambda j: positions[j])
         run = self._cached if self.method == "cached" else self._naive
         for mine in self._batches(todo):
-            out[mine] = run(location, [position] * len(mine), [heads[j] for j in mine])
+            out[mine] = run(location, [positions[j] for j in mine], None if whole else [heads[j] for j in mine])
             self.runs += len(mine)
         return out
 
