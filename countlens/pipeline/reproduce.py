@@ -38,7 +38,14 @@ from countlens.pipeline.experiments import (
 )
 from countlens.pipeline.report import write_index
 from countlens.pipeline.stages import Stage, refuse_other_stages, run_stages, select, stage_done
-from countlens.pipeline.tasks import LENS_STAGE, TASKS_DIR, compare_tasks, task_folder_name, task_stages
+from countlens.pipeline.tasks import (
+    LENS_STAGE,
+    TASKS_DIR,
+    compare_tasks,
+    task_capture,
+    task_folder_name,
+    task_stages,
+)
 
 ACTS_PLACE = "acts"  # the capture's activation folder inside its stage folder
 
@@ -134,13 +141,13 @@ def _run_tasks(out: Path, preset: str, capture: dict[str, Any] | None, named: di
     """Each task of ``tasks`` other than the report's own as a report of its own in ``OUT/tasks/<task>/``, then
     their comparison (with the report's own task where its stages are done); one record per task."""
     own = named[SOURCE].config.prompts.task
-    needed = task_stages()
+    needed = task_stages(preset)
     runs, entries = [], []
     if all(records.get(n, {}).get("status") == "done" for n in needed if n != LENS_STAGE):
         entries.append((own, out))
     for task in (t for t in tasks if t != own):
         folder = out / TASKS_DIR / task_folder_name(task)
-        summary = reproduce(folder, preset, {**(capture or {}), "task": task}, only=needed, pool=pool)
+        summary = reproduce(folder, preset, task_capture(preset, capture, task), only=needed, pool=pool)
         status = {s["stage"]: s for s in summary["stages"]}
         failed = [f"{n} {status[n]['status']}: {status[n].get('reason', '')}" for n in needed
                   if status[n]["status"] != "done" and n != LENS_STAGE]

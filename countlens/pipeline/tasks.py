@@ -1,8 +1,8 @@
 """Tasks side by side: one model's analyses per counting task, and one comparison of them.
 
 ``countlens reproduce --tasks T1,T2`` runs, for each task beyond the report's own (``--task``, ``lists`` by
-default), the model's capture (with its answers), probes, geometry and lenses (:func:`task_stages`) into
-``OUT/tasks/<task>/`` — a report of its own, resumable like any — with the model loaded once for all of
+default), the model's capture (with its answers), probes, geometry and lenses (:func:`task_stages`; the quick
+preset trades sizes, :data:`EXTRA_TASK_SIZES`) into ``OUT/tasks/<task>/`` — a report of its own, resumable like any — with the model loaded once for all of
 them; ``countlens study --tasks`` does the same for every model. Then :class:`TasksResult`
 (``tasks.json``, ``tasks.csv``) holds per task, read back from those stages' saved results:
 
@@ -78,16 +78,32 @@ def task_folder_name(task: str) -> str:
     return name or "task"
 
 
-def task_stages() -> list[str]:
+# Per preset, the sizes ``reproduce --tasks`` trades for each extra task: capture settings it sets where the
+# command line did not, and stages it leaves out. quick (make demo): every other count (51 prompts, not 101: a
+# task's capture is most of its cost) and no geometry, whose count windows need every count and which the
+# comparison does not read. The report's own task keeps every count.
+EXTRA_TASK_SIZES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
+    "quick": ({"counts": list(range(0, 101, 2))}, ("geometry",))}
+
+
+def task_stages(preset: str | None = None) -> list[str]:
     """The stages ``reproduce --tasks`` runs per extra task: the study's model stages that read the model
     (capture with answers, geometry, probes; not the toy construction and its comparison, the same for every
-    task) and the lenses."""
+    task) and the lenses, less those :data:`EXTRA_TASK_SIZES` leaves out at ``preset``."""
     found, chosen = by_name(), [SOURCE]
+    left_out = EXTRA_TASK_SIZES.get(preset or "", ({}, ()))[1]
     for name in [*study_stages("model"), LENS_STAGE]:
         reads = set(found[name].reads.values())
-        if name != SOURCE and reads and reads <= set(chosen):
+        if name != SOURCE and name not in left_out and reads and reads <= set(chosen):
             chosen.append(name)
     return chosen
+
+
+def task_capture(preset: str, capture: dict[str, Any] | None, task: str) -> dict[str, Any]:
+    """The capture settings of extra task ``task``: the command line's (``capture``), the task, and the
+    sizes :data:`EXTRA_TASK_SIZES` trades at ``preset`` that the command line does not set."""
+    sizes = EXTRA_TASK_SIZES.get(preset, ({}, ()))[0]
+    return {**sizes, **(capture or {}), "task": task}
 
 
 @dataclass
@@ -287,5 +303,6 @@ def render_tasks_page(folder: Path) -> str:
             ".caption{color:#555;font-size:.85em}</style></head><body>" + "\n".join(page.parts) + "</body></html>\n")
 
 
-__all__ = ["TASKS_DIR", "TASKS_FILE", "TASKS_CSV", "parse_tasks", "task_folder_name", "task_stages", "TaskSummary",
+__all__ = ["TASKS_DIR", "TASKS_FILE", "TASKS_CSV", "EXTRA_TASK_SIZES", "parse_tasks", "task_folder_name", "task_stages",
+           "task_capture", "TaskSummary",
            "TasksResult", "summarize_task", "compare_tasks", "plot_tasks", "tasks_section", "render_tasks_page"]

@@ -314,10 +314,11 @@ def boundary_scores(model, prompts, candidates, pad_id: int, batch_size: int = 8
 
 
 def ablated_scores(model, prompts, candidates, sites: Sequence[HookSite], means, n_heads: int, pad_id: int,
-                   batch_size: int = 8, readout: Readout | None = None, progress=None
-                   ) -> tuple[np.ndarray, np.ndarray | None]:
+                   batch_size: int = 8, readout: Readout | None = None, progress=None,
+                   heads: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """log p(candidate) with one head's boundary output replaced by ``means``: (P, len(sites), H, K) float64,
-    and the read-out (P, len(sites), H) (None without ``readout``).
+    and the read-out (P, len(sites), H) (None without ``readout``); with ``heads``, only those heads of each
+    block are ablated, H = len(heads) in that order.
 
     ``sites``: the attention-output hook sites of the ablated blocks; ``means`` (n_blocks, H * head_dim): each
     block's mean boundary output over the prompt set. Per batch of ``batch_size`` prompts the prompt before
@@ -327,22 +328,24 @@ def ablated_scores(model, prompts, candidates, sites: Sequence[HookSite], means,
 
     means = torch.as_tensor(means)
     head_dim = means.shape[-1] // n_heads
+    chosen = torch.arange(n_heads) if heads is None else torch.as_tensor(list(heads), dtype=torch.long)
+    H = len(chosen)
     K = len(candidates[0])
-    out = np.zeros((len(prompts), len(sites), n_heads, K), dtype=np.float64)
-    read = np.zeros((len(prompts), len(sites), n_heads)) if readout is not None else None
+    out = np.zeros((len(prompts), len(sites), H, K), dtype=np.float64)
+    read = np.zeros((len(prompts), len(sites), H)) if readout is not None else None
     for start in range(0, len(prompts), batch_size):
         idx = list(range(start, min(start + batch_size, len(prompts))))
         batch = PrefixBatch(model, [prompts[i] for i in idx], pad_id)
-        rows = [b for b in range(len(idx)) for _ in range(n_heads)]  # (B * H,) prompt-major
-        heads = torch.arange(n_heads).repeat(len(idx))  # (B * H,)
+        rows = [b for b in range(len(idx)) for _ in range(H)]  # (B * H,) prompt-major
+        row_heads = chosen.repeat(len(idx))  # (B * H,)
         row_candidates = [candidates[idx[b]] for b in rows]
         for j, site in enumerate(sites):
-            values = means[site.block].view(n_heads, head_dim)[heads]  # (B * H, hd)
-            context = HeadAblation(model, site, heads, values, head_dim)
+            values = means[site.block].view(n_heads, head_dim)[row_heads]  # (B * H, hd)
+            context = HeadAblation(model, site, row_heads, values, head_dim)
             scores, values_read = batch.step(rows, row_candidates, context, readout)
-            out[idx, j] = scores.reshape(len(idx), n_heads, K)
+            out[idx, j] = scores.reshape(len(idx), H, K)
             if read is not None:
-                read[idx, j] = values_read.reshape(len(idx), n_heads)
+                read[idx, j] = values_read.reshape(len(idx), H)
             if progress is not None:
                 progress(len(rows))
     return out, read

@@ -304,9 +304,10 @@ def ablated_ranking(organism, loaded, seeds: list[int], head: tuple[int, int], b
         _, means = head_masses(model, prompts, prompt_roles(prompts, settings), site, pad, batch_size)
         clean, _ = boundary_scores(model, prompts, candidates, pad, batch_size)  # (P, K)
         sites = hook_sites([head[0]], organism.n_layers, site)
-        ablated, _ = ablated_scores(model, prompts, candidates, sites, means, organism.n_heads, pad, batch_size)
+        ablated, _ = ablated_scores(model, prompts, candidates, sites, means, organism.n_heads, pad, batch_size,
+                                    heads=[head[1]])
     right_clean = float(np.mean(clean.argmax(-1) == n))
-    right_ablated = float(np.mean(ablated[:, 0, head[1]].argmax(-1) == n))  # (P, 1, H, K) -> the head's (P, K)
+    right_ablated = float(np.mean(ablated[:, 0, 0].argmax(-1) == n))  # (P, 1, 1, K) -> the head's (P, K)
     return right_clean, right_ablated, len(prompts)
 
 

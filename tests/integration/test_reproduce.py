@@ -289,3 +289,18 @@ def test_the_tasks_grammar():
                       ("repeat:separator=tab", "separator"), ("", "at least one")):
         with pytest.raises(ConfigError, match=says):
             parse_tasks(bad)
+
+
+def test_quick_extra_tasks_trade_their_sizes():
+    # make demo's extra tasks: every other count and no geometry (its windows need every count); the command
+    # line's counts win, and the other presets keep every stage and the preset's counts.
+    from countlens.pipeline.reproduce import capture_config
+    from countlens.pipeline.tasks import task_capture, task_stages
+
+    assert task_stages("quick") == [s for s in task_stages("full") if s != "geometry"]
+    assert "geometry" in task_stages("full") and "geometry" in task_stages("test")
+    config = capture_config("quick", task_capture("quick", {"batch_size": 4}, "repeat:separator=comma"))
+    assert config.prompts.counts == list(range(0, 101, 2)) and config.prompts.task == "repeat:separator=comma"
+    assert config.batch_size == 4
+    assert task_capture("quick", {"counts": [1, 2]}, "repeat")["counts"] == [1, 2]
+    assert "counts" not in task_capture("full", None, "repeat")

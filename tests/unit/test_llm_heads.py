@@ -158,6 +158,10 @@ def test_ablation_equals_hand_written_hook(family_model, family):  # noqa: F811
                     want = logprob_by_hand(model, p.ids, cand, projection(model, b), edit)
                     assert got[i, j, h, k] == pytest.approx(want, abs=2e-4), (i, b, h, k)
     assert np.abs(got - clean[:, None, None, :]).max() > 1e-3  # the ablations really changed the answer
+    with torch.inference_mode():  # a chosen subset of heads, in the order given: those heads' columns
+        some, _ = ablated_scores(model, prompts, cands, sites, means, H, pad_token_id(tok), batch_size=2,
+                                 heads=[H - 1, 0])
+    np.testing.assert_allclose(some, got[:, :, [H - 1, 0]], atol=1e-5)
 
 
 def test_attention_output_is_the_heads_side_by_side_with_grouped_query_attention(family_model):  # noqa: F811

@@ -36,3 +36,25 @@ def test_geometry_of_a_float64_toy_export_is_computed_in_float64(tmp_path):
     assert abs(row["gap_ratio"] - gaps[8:11].mean() / gaps[1:4].mean()) < 1e-12 * row["gap_ratio"]
     expect = effective_rank(C[8:12]) / effective_rank(C[1:5])
     assert abs(row["erank_ratio"] - expect) < 1e-12 * expect
+
+
+def test_column_reads_every_kind_of_column_as_a_row_loop_does(tmp_path):
+    """``column`` reads one Arrow slice: its values, dtype and row order (a selection's too) are those of reading
+    the rows one by one."""
+    from countlens.core.store import column
+
+    writer = ActivationWriter(tmp_path / "cap", {"locations": ["h"], "d": 1, "dtype": "float32", "settings": {}})
+    rows = 5
+    writer.write_shard(0, {"acts": np.zeros((rows, 1, 1)), "n": [3, 1, 4, 1, 5], "m": [0, 2, 0, 1, 0],
+                           "pair": ["a/b", "x/o", "a/b", "cat/dog", "x/o"], "config": ["count"] * rows,
+                           "seed": [0] * rows, "prompt": [f"p{i}" for i in range(rows)],
+                           "boundary_index": [9, 8, 7, 6, 5], "n_tokens": [10, 9, 8, 7, 6]})
+    writer.finish()
+    ds = load_capture(tmp_path / "cap")
+    for view in (ds, ds.select([4, 0, 2])):
+        for name in ("n", "pair", "prompt", "boundary_index"):
+            got = column(view, name)
+            loop = [view[i][name] for i in range(len(view))]
+            assert got.tolist() == loop
+            assert got.dtype == (np.dtype(ds.features[name].dtype) if name in ("n", "boundary_index")
+                                 else np.asarray(loop).dtype)
