@@ -523,8 +523,16 @@ def capture_model(meta: CaptureMeta, device: str = "cpu", progress: bool = False
 
 
 def capture_prompts(meta: CaptureMeta) -> PromptSettings:
-    """The prompt settings a capture was made with (its recorded resume key)."""
-    return PromptSettings(**{k: meta.settings[k] for k in (*PromptSettings().to_dict(), "task") if k in meta.settings})
+    """The prompt settings a capture was made with (its recorded resume key). A capture of a task that reads
+    its prompts from a file (``file:``) recorded the records' digest: ``ConfigError`` naming ``acts`` where the
+    file no longer holds those records, since prompts rebuilt from it would not be the captured ones."""
+    settings = PromptSettings(**{k: meta.settings[k] for k in (*PromptSettings().to_dict(), "task")
+                                 if k in meta.settings})
+    recorded = meta.settings.get("task_digest")
+    if recorded is not None and settings.counting_task().digest() != recorded:
+        raise ConfigError("acts", f"{{acts}} was captured from the records of {literal(settings.task)}, which have "
+                                  "changed since; capture again from the file as it is now")
+    return settings
 
 
 def capture_is_whole(out_dir: Path) -> bool:

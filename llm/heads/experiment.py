@@ -33,7 +33,13 @@ from countlens.core.locations import location_names, resolve_locations
 from countlens.core.options import ExperimentConfig
 from countlens.core.registry import Experiment, declare
 from countlens.core.results import Result, result_provenance
-from countlens.llm.answers import MIN_LD_GAP, candidate_token_ids, normalised_ld
+from countlens.llm.answers import (
+    MIN_LD_GAP,
+    candidate_token_ids,
+    checked_candidates,
+    counts_with_previous,
+    normalised_ld,
+)
 from countlens.llm.capture.residuals import (
     context_length,
     find_blocks,
@@ -226,7 +232,9 @@ def plan_heads(config: HeadsConfig, progress: bool = False, pool: ModelPool | No
     for i in ablated:
         twins[i] = corrupted_twin(tokenizer, prompts[i], k_of[i], config.prompts, config.flip)
     n_ctx = context_length(model_config)
-    longest = max(len(c) for c in candidate_token_ids(tokenizer, config.prompts.counts, config.prompts.template))
+    # the ablation scores n against n - 1: every such answer must be tokens of its own (as every read-out checks)
+    answers = checked_candidates(tokenizer, counts_with_previous(config.prompts.counts), config.prompts.template)
+    longest = max(len(c) for c in answers)
     needed = max(p.n_tokens for p in prompts) + longest - 1
     if n_ctx is not None and needed > n_ctx:
         raise ConfigError("L", f"the longest prompt and its answer take {needed} tokens but the model's context is "

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from countlens.core.args import ints_text
 from countlens.core.capture import Capture, CaptureMeta, open_capture
 from countlens.core.errors import ConfigError, about, literal
 from countlens.core.fields import AtLeast, Checked, Fractions, Ints, Numbers, Optional, Text, check_fields
@@ -146,9 +147,15 @@ def last_location(meta: CaptureMeta, field: str = "acts") -> int:
 
 def candidate_counts(config: LensConfig, meta: CaptureMeta) -> tuple[list[int], str]:
     """The candidate counts and the field they come from: ``counts``, else the capture's count range."""
-    if config.counts is not None:
-        return sorted({int(c) for c in config.counts}), "counts"
     counts = [int(c) for c in meta.counts]
+    if config.counts is not None:
+        chosen = sorted({int(c) for c in config.counts})
+        missing = sorted(set(counts) - set(chosen))
+        if missing:  # their rows would have no candidate to rank (rank 0) and would skew every mean
+            raise ConfigError("counts", f"{{counts}} leaves out {len(missing)} of the capture's counts "
+                                        f"({literal(ints_text(missing))}): every prompt's correct count must be a "
+                                        "candidate answer; add them, or leave {counts} unset (the capture's range)")
+        return chosen, "counts"
     return list(range(min(counts), max(counts) + 1)), "acts"
 
 

@@ -266,13 +266,13 @@ def run_steering(config: SteeringConfig, *, loaded: LoadedModel | None = None,
     if not counts:
         raise ConfigError("counts", f"none of {{counts}} {list(config.counts)} is in the capture (its counts: "
                                     f"{meta.counts[0]}..{meta.counts[-1]})")
+    prompt_settings = dataclasses.replace(capture_prompts(meta), counts=counts)  # before the weights load
     v = mean_difference(capture, location) if config.units == "count" else None
     rules, per_unit = step_rules(config, w, v)
     if loaded is None:
         loaded = capture_model(meta, config.device, progress, pool)
     model, tok = loaded.model, loaded.tokenizer
     template = meta.template
-    prompt_settings = dataclasses.replace(capture_prompts(meta), counts=counts)
     prompts = build_prompts(tok, prompt_settings)
     prompts = [prompts[i] for i in np.linspace(0, len(prompts) - 1, min(config.max_prompts, len(prompts))).astype(int)]
     groups = [(d, float(delta)) for d in rules for delta in config.deltas]

@@ -65,6 +65,7 @@ def test_lens_refuses_a_model_it_cannot_read(capsys, capture, tiny_model_dir, tm
 @pytest.mark.parametrize(("argv", "words"), [
     (["--locations", "9"], ["--locations", "does not exist"]), (["--alphas", "-1"], ["--alphas must be"]),
     (["--split", "0.5,0.5"], ["--split must be three fractions"]), (["--counts", "5:2"], ["--counts"]),
+    (["--counts", "0:10"], ["--counts leaves out 2 of the capture's counts (11,12)", "every prompt's correct count"]),
     (["--baseline-directions", "0"], ["--baseline-directions must be >= 1"]), (["--threads", "0"], ["--threads"]),
     (["--device", "gpu"], ["--device must be one of"]), (["--probes", "nowhere.json"], ["--probes"])])
 def test_lens_errors_name_the_flag(capsys, capture, tmp_path, argv, words):

@@ -299,6 +299,17 @@ def test_counts_without_targets_and_blocks_the_model_lacks_are_refused(tiny_mode
     assert err.value.field == "layers" and "block 5 does not exist" in str(err.value)
 
 
+def test_answers_the_tokenizer_writes_alike_are_refused_before_any_weights(tiny_models, monkeypatch):  # noqa: F811
+    # the ablation's logit difference n vs n - 1 needs two different answers: the plan checks them as every
+    # answer-scoring read-out does (here a tokenizer stand-in that writes every count as the same token)
+    import countlens.llm.answers as answers
+
+    monkeypatch.setattr(answers, "candidate_token_ids", lambda tokenizer, counts, template="chat": [[7]] * len(counts))
+    with pytest.raises(ConfigError) as err:
+        plan_heads(HeadsConfig(model=ModelSpec(str(tiny_models["llama"])), prompts=settings("llama")))
+    assert err.value.field == "counts" and "encode to the same tokens" in err.value.template
+
+
 def test_hooks_and_attention_implementation_are_restored_after_an_error(tiny_models):  # noqa: F811
     from countlens.llm.heads.attention import AttentionPass
 

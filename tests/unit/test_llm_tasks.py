@@ -598,3 +598,22 @@ def test_counts_beyond_the_context_are_refused_in_the_tasks_own_terms(tiny_chat_
         assert code == 2 and len(err) == 1 and "context is 1024" in err[0], (task, err)
         assert f"lower {flag}" in err[0] or f"lower the largest of {flag}" in err[0], err[0]
         assert not (tmp_path / "never").exists()
+
+
+def test_prompts_of_a_file_capture_refuse_a_file_changed_since(tmp_path):
+    # steering rebuilds a capture's prompts from its recorded settings: from a task file whose records changed
+    # since the capture they would not be the captured prompts, so the recorded digest must still match
+    from types import SimpleNamespace
+
+    from countlens.llm.capture.experiment import capture_prompts
+
+    path = _write_jsonl(tmp_path / "a.jsonl", [{"text": "x y", "count": 1, "spans": [[0, 1], [2, 3]],
+                                                "targets": [True, False]}])
+    settings = PromptSettings(task=f"file:{path}", counts=[1])
+    meta = SimpleNamespace(settings=settings.to_dict())
+    assert capture_prompts(meta) == settings
+    _write_jsonl(tmp_path / "a.jsonl", [{"text": "y x", "count": 1, "spans": [[0, 1], [2, 3]],
+                                         "targets": [False, True]}])
+    with pytest.raises(ConfigError, match="changed since; capture again") as caught:
+        capture_prompts(meta)
+    assert caught.value.field == "acts" and "\n" not in str(caught.value)
