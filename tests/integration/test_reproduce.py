@@ -152,7 +152,7 @@ def test_a_stage_that_returns_no_result_fails_clearly(tmp_path):
 
 def test_stage_plan_covers_every_figure_and_table(tmp_path):
     stages = {s.name: s for s in build_stages("quick", {"model": "default"})}
-    # organism-scaling declares no quick stage (18 minutes of training); the test preset has every figure
+    # organism-scaling declares no quick stage (6 minutes of training); the test preset has every figure
     assert (set(FIGURES) - {"organism-scaling"}) | {"toy-rates", "toy-lcap", "toy-table2", "toy-table3",
                                                    "capture"} <= set(stages)
     assert "organism-scaling" not in stages and set(FIGURES) <= {s.name for s in build_stages("test")}

@@ -173,6 +173,20 @@ def test_live_heads_parse_and_are_checked_against_the_shape():
     assert err.value.field == "live_heads"
 
 
+def test_the_learning_rate_warms_up_over_its_steps_then_falls_as_one_over_the_step():
+    from countlens.llm.organisms.experiment import DECAY, learning_rate
+
+    for warmup in (1, 50, 300):
+        rates = [learning_rate(0.03, step, warmup) for step in range(4 * DECAY)]
+        assert rates[0] == pytest.approx(0.03 / warmup)  # step 0 is the first of the warm-up
+        assert rates[warmup - 1] == pytest.approx(0.03 * min(1.0, DECAY / (warmup - 1)) if warmup > DECAY else 0.03)
+        assert rates[-1] == pytest.approx(0.03 * DECAY / (4 * DECAY - 1))
+        assert all(b <= a for a, b in zip(rates[max(warmup, DECAY):-1], rates[max(warmup, DECAY) + 1:], strict=True))
+    with pytest.raises(ConfigError) as err:
+        OrganismConfig(warmup=0)
+    assert err.value.field == "warmup"
+
+
 def test_width_must_divide_into_even_heads():
     with pytest.raises(ConfigError) as err:
         OrganismConfig(width=30, heads=4)
@@ -532,7 +546,7 @@ def test_a_bad_scaling_config_names_its_field(change, field):
 
 
 SCALING_TEST = dict(Ls=[3, 4], seeds=[0], width=16, pairs=[["a", "b"]], configs=["count", "tally"], lr=1e-2,
-                    batch_size=16, max_steps=400, eval_every=20)
+                    warmup=50, batch_size=16, max_steps=400, eval_every=20)
 
 
 @pytest.fixture(scope="module")
