@@ -204,7 +204,7 @@ def test_quick_preset_on_a_tiny_model_writes_a_complete_report(tmp_path, tiny_mo
     assert {s["stage"]: s["status"] for s in summary["stages"]} == {
         n: "not run" if n in trained else "done" for n in names}
     parser = check_report(out, (out / "index.html").read_text())
-    for stage in (set(FIGURES) & set(names)) - trained:  # organism-scaling has no quick stage (18 minutes)
+    for stage in (set(FIGURES) & set(names)) - trained:  # organism-scaling has no quick stage (6 minutes)
         assert any(src.startswith(f"{stage}/") for src in parser.images), f"no figure of stage {stage}"
     for src in parser.images:
         assert (out / src).read_bytes()[:8] == PNG, src
