@@ -144,12 +144,16 @@ def scaling_view(page: Page, s: Section) -> None:
         "norm that counts exactly, and, where a capture is given, an LLM. Geometry is at the boundary after the "
         "block; the probe norm is the smallest native norm on a ridge path whose probe rounds every validation "
         "row right. An organism's norm counts every parameter vector, its untrained token embeddings and norm "
-        "gains too, and training finds a solution, not the cheapest: the toy's value is a floor.")
+        "gains too, and training finds a solution, not the cheapest: the toy's value is a floor. Where no ridge "
+        "fit rounds every validation row (a dash), the probe's best test accuracy says how close a linear read-out "
+        "comes: after one attention block the residual holds the count divided by the softmax's denominator, so a "
+        "linear read-out of the count is curved, while the organism's own answer, an argmax, does not see that "
+        "denominator.")
     keys = ["kind", "L", "seed", "converged", "held_out_accuracy", "held_out_min_count", "largest_parameter_norm",
-            "probe_norm", "gap_ratio", "erank_ratio", "endpoint_angle"]
+            "probe_norm", "probe_best_acc", "gap_ratio", "erank_ratio", "endpoint_angle"]
     header = ["source", "L", "seed", "converged", "held-out accuracy", "lowest per-count accuracy",
               "largest parameter norm (B)",
-              "probe norm (exact)", "gap ratio", "effective-rank ratio", "endpoint angle (rad)"]
+              "probe norm (exact)", "probe's best test rounded accuracy", "gap ratio", "effective-rank ratio", "endpoint angle (rad)"]
 
     def cell(*keys) -> str:  # a value span, or a dash where the value is absent or null
         return page.v(rel, *keys) if page.get(rel, *keys) is not None else "—"

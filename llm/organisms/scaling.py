@@ -24,7 +24,8 @@ before attention and before the unembedding (pre-norm) — is the toy's ``softma
 (:func:`countlens.toy.b_min`), beside the paper's claimed rate (:data:`countlens.toy.CLAIMED`).
 
 **Per organism**, on a capture of its held-out prompts (every count 0..L, pair and wording, seeds
-:data:`~countlens.llm.organisms.experiment.HELD_OUT_SEED` on) at the boundary after its block:
+:data:`~countlens.llm.organisms.experiment.HELD_OUT_SEED` on, as many as :func:`capture_seeds` asks: 20 rows
+per residual dimension) at the boundary after its block:
 
 - the boundary geometry of the analysis room (:mod:`countlens.analysis.geometry`): Figure 5's gap ratio and
   effective-rank ratio over the windows :func:`windows` (the paper's 1..10 and 91..100 at L = 100, scaled
@@ -82,7 +83,12 @@ LOCATION = "blocks.0.hook_resid_post"  # the boundary after the organism's one b
 # minimum-norm fit, reaching far down since exact read-outs need weak regularisation.
 REL_ALPHAS = np.concatenate([[0.0], np.logspace(-14, 2, 65)])
 SPLIT_SEED = 0
-CAPTURE_SEEDS = 2  # held-out data seeds captured per organism
+# Held-out rows captured per organism: at least CAPTURE_SEEDS data seeds, and at least CAPTURE_ROWS_PER_DIM rows
+# per residual dimension (capture_seeds), so the probe's 0.6 training share is 12 rows per coordinate. With two
+# seeds alone an L = 10 organism gave 22 rows, 4 of them validation: whether some ridge fit "rounded exactly"
+# came down to those 4 (L = 10 seed 0 once 0.39, then none on a rerun).
+CAPTURE_SEEDS = 2
+CAPTURE_ROWS_PER_DIM = 20
 # The toy counts one token among one other with nothing around them: the organisms count the first default
 # pair in one wording (a model of one block cannot learn from the wording which token is the target).
 PAIR = DEFAULT_PAIRS[0]
@@ -109,7 +115,8 @@ class ScalingConfig(ExperimentConfig):
     width: int = 32
     # 3e-2 after a 300-step warm-up: the L = 30 organisms reach 100 % in 2,350-2,400 steps (seeds 0, 1); at 1e-2
     # after 50 they stopped at 98.4 / 96.8 % after 6,000 (the rate falls as 1 / step), and at 3e-2 or 5e-2 after
-    # 50 seed 1 stalled at 3 % from the start (BENCHMARKS.md)
+    # 50 seed 1 stalled at 3 % from the start (BENCHMARKS.md). L = 100 (the full preset) does not converge at it
+    # (0.19 after 6,000 steps), nor at a constant 1e-2 (0.86 after 9,000 steps of 128 prompts): README
     lr: float = 3e-2
     warmup: int = 300
     batch_size: int = 32
@@ -281,6 +288,14 @@ def boundary_geometry(X: np.ndarray, n: np.ndarray, L: int) -> dict[str, Any]:
             "pca": {"counts": counts[keep].tolist(), "coords": coords.tolist()}}
 
 
+def capture_seeds(L: int, width: int, pairs: int = 1, configs: int = 1) -> int:
+    """Held-out data seeds captured per organism of length ``L`` and width ``width`` (each seed gives
+    ``(L + 1) * pairs * configs`` boundary rows): at least :data:`CAPTURE_SEEDS`, and enough for
+    :data:`CAPTURE_ROWS_PER_DIM` rows per dimension."""
+    per_seed = (L + 1) * pairs * configs
+    return max(CAPTURE_SEEDS, -(-CAPTURE_ROWS_PER_DIM * width // per_seed))
+
+
 def capture_metrics(acts: str | Path, location: str, L: int) -> dict[str, Any]:
     """:func:`boundary_geometry` and :func:`probe_norm_exact` of the boundary rows of the capture ``acts`` at
     ``location``."""
@@ -303,7 +318,8 @@ def organism_row(config: ScalingConfig, L: int, seed: int, out: Path, work: Path
 
     organism = run_organism(config.organism(L, seed, tokenizer), out=out, progress=progress, reuse=True)
     prompts = PromptSettings(L=L, counts=list(range(L + 1)), per_count=1, pairs=config.pairs, configs=config.configs,
-                             seeds=[HELD_OUT_SEED + j for j in range(CAPTURE_SEEDS)])
+                             seeds=[HELD_OUT_SEED + j for j in range(capture_seeds(L, config.width, len(config.pairs),
+                                                                                   len(config.configs)))])
     acts = work / f"acts-L{L}-seed{seed}"
     run_capture(CaptureConfig(model=ModelSpec(model=str(out)), prompts=prompts), acts, progress=False)
     return {"kind": "organism", "label": f"organism L={L} seed={seed}", "L": L, "seed": seed, "location": LOCATION,
@@ -407,5 +423,6 @@ declare(Experiment(
 
 __all__ = ["TOY_VARIANT", "NORM_PLACEMENT", "LOCATION", "REL_ALPHAS", "NUMBER_TOKENS", "ROW_KEYS", "ScalingConfig",
            "ScalingResult", "counting_tokenizer", "windows",
-           "loglog_slope", "spread", "probe_norm_exact", "boundary_geometry", "capture_metrics", "organism_row",
+           "loglog_slope", "spread", "probe_norm_exact", "boundary_geometry", "capture_seeds", "capture_metrics",
+           "organism_row",
            "toy_rows", "llm_row", "rates", "run_scaling", "PRESETS"]

@@ -531,6 +531,17 @@ def test_the_exact_probe_norm_is_that_of_the_read_out_that_rounds():
     assert probe_norm_exact(rng.normal(size=(len(n), 4)), n)["probe_norm"] is None  # nothing to read
 
 
+def test_the_scaling_capture_holds_twenty_rows_per_dimension_and_at_least_two_seeds():
+    from countlens.llm.organisms.scaling import CAPTURE_ROWS_PER_DIM, CAPTURE_SEEDS, capture_seeds
+
+    for L, width, pairs, configs in [(10, 32, 1, 1), (30, 32, 1, 1), (100, 32, 1, 1), (4, 16, 1, 2), (999, 8, 2, 3)]:
+        per_seed = (L + 1) * pairs * configs
+        seeds = capture_seeds(L, width, pairs, configs)
+        fewest = next(s for s in range(1, 10_000) if s * per_seed >= CAPTURE_ROWS_PER_DIM * width)
+        assert seeds == max(CAPTURE_SEEDS, fewest)
+    assert capture_seeds(10, 32) == 59 and capture_seeds(100, 32) == 7 and capture_seeds(999, 8) == 2
+
+
 @pytest.mark.parametrize("change, field", [
     ({"Ls": [10]}, "Ls"), ({"Ls": [2, 10]}, "Ls"), ({"Ls": [10, 10]}, "Ls"), ({"Ls": [10, 1000]}, "Ls"),
     ({"seeds": []}, "seeds"),
