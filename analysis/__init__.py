@@ -9,6 +9,7 @@ and Figure 5/6 computation (:mod:`countlens.analysis.layerwise`) and the compari
 :mod:`countlens.analysis.figures` (imports matplotlib).
 """
 
+from countlens.analysis.compare import probe_norm_needed  # noqa: F401
 from countlens.analysis.experiments import (  # noqa: F401
     CompareConfig,
     CompareResult,
@@ -31,5 +32,5 @@ from countlens.analysis.geometry import (  # noqa: F401
 __all__ = [
     "CompareConfig", "CompareResult", "GeometryConfig", "GeometryResult", "run_compare", "run_geometry",
     "adjacent_gaps", "count_centroids", "effective_rank", "endpoint_angle", "erank_ratio", "gap_ratio", "mean_gap",
-    "pca_2d",
+    "pca_2d", "probe_norm_needed",
 ]

@@ -31,10 +31,9 @@ per residual dimension) at the boundary after its block:
   effective-rank ratio over the windows :func:`windows` (the paper's 1..10 and 91..100 at L = 100, scaled
   with L below), Figure 6's PCA of the count centroids 1..L, and the endpoint angle (rad) between the
   centroids of 1 and L;
-- the probe norm that rounds exactly: the smallest native ℓ2 norm on a ridge path
-  (:class:`countlens.probes.RidgePathProbe`, relative coefficients :data:`REL_ALPHAS`, rows split 0.6 / 0.2
-  / 0.2 by :func:`countlens.probes.split_rows`) whose validation rounded accuracy is 1 — the comparison's
-  ``probe_norm`` (``None``: no α reached it);
+- the probe norm that rounds exactly, as the comparison defines it (:func:`countlens.analysis.probe_norm_needed`):
+  the smallest native ℓ2 norm on a ridge path whose validation rounded accuracy is 1 (``probe_norm``;
+  ``None``: no α reached it), and the validation-selected probe's test rounded accuracy (``probe_best_acc``);
 - its own largest parameter-vector norm (:func:`countlens.llm.organisms.train.largest_parameter_norm`): the
   organism's ``B``.
 
@@ -79,10 +78,6 @@ TOY_VARIANT = "softmax-preln-learned"
 NORM_PLACEMENT = ("pre-norm: RMSNorm with a learned gain and no bias before attention and before the "
                   "unembedding (Llama's placement)")
 LOCATION = "blocks.0.hook_resid_post"  # the boundary after the organism's one block
-# Relative ridge coefficients of the probe-norm path: as the comparison's (countlens.analysis.compare), 0 the
-# minimum-norm fit, reaching far down since exact read-outs need weak regularisation.
-REL_ALPHAS = np.concatenate([[0.0], np.logspace(-14, 2, 65)])
-SPLIT_SEED = 0
 # Held-out rows captured per organism: at least CAPTURE_SEEDS data seeds, and at least CAPTURE_ROWS_PER_DIM rows
 # per residual dimension (capture_seeds), so the probe's 0.6 training share is 12 rows per coordinate. With two
 # seeds alone an L = 10 organism gave 22 rows, 4 of them validation: whether some ridge fit "rounded exactly"
@@ -256,22 +251,6 @@ def spread(slopes: list[float | None]) -> dict[str, Any]:
             "std": float(np.std(finite)) if finite else None}
 
 
-def probe_norm_exact(X: np.ndarray, y: np.ndarray, seed: int = SPLIT_SEED) -> dict[str, Any]:
-    """The smallest native norm on the ridge path whose validation rounded accuracy is 1 (``probe_norm``,
-    ``None``: none), and the validation-selected probe's test rounded accuracy (``probe_best_acc``). X (rows,
-    d), y (rows,) counts; raw coordinates (no standardisation)."""
-    from countlens.probes import RidgePathProbe, native_norm, rounded_accuracy, split_rows
-
-    X, y = np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    train, val, test = split_rows(len(y), seed)
-    probe = RidgePathProbe(REL_ALPHAS, standardize=False, relative=True, refit=False).fit(X[train], y[train],
-                                                                                          X[val], y[val])
-    norms = native_norm(probe.coef_path_)  # (A,)
-    exact = np.flatnonzero(probe.val_rounded_acc_ == 1.0)
-    return {"probe_norm": float(norms[exact].min()) if exact.size else None,
-            "probe_best_acc": float(rounded_accuracy(y[test], probe.predict(X[test])))}
-
-
 def boundary_geometry(X: np.ndarray, n: np.ndarray, L: int) -> dict[str, Any]:
     """The analysis room's geometry of boundary vectors ``X`` (rows, d) with counts ``n`` (rows,): gap and
     effective-rank ratios over :func:`windows`, the endpoint angle between counts 1 and ``L``, the PCA of the
@@ -297,13 +276,16 @@ def capture_seeds(L: int, width: int, pairs: int = 1, configs: int = 1) -> int:
 
 
 def capture_metrics(acts: str | Path, location: str, L: int) -> dict[str, Any]:
-    """:func:`boundary_geometry` and :func:`probe_norm_exact` of the boundary rows of the capture ``acts`` at
+    """:func:`boundary_geometry` and the probe cost (:func:`countlens.analysis.probe_norm_needed`: the
+    comparison's ``probe_norm`` and ``probe_best_acc``) of the boundary rows of the capture ``acts`` at
     ``location``."""
+    from countlens.analysis import probe_norm_needed
     from countlens.core.capture import open_capture
 
     capture = open_capture(acts).boundary()
     X, n = capture.acts(location), capture.counts()
-    return {**boundary_geometry(X, n, L), **probe_norm_exact(X, n)}
+    probe = probe_norm_needed(X, n)
+    return {**boundary_geometry(X, n, L), "probe_norm": probe["probe_norm"], "probe_best_acc": probe["probe_best_acc"]}
 
 
 # ------------------------------------------------------------------------------------------ the run
@@ -421,8 +403,8 @@ declare(Experiment(
     presets={**PRESETS, "quick": None}))
 
 
-__all__ = ["TOY_VARIANT", "NORM_PLACEMENT", "LOCATION", "REL_ALPHAS", "NUMBER_TOKENS", "ROW_KEYS", "ScalingConfig",
+__all__ = ["TOY_VARIANT", "NORM_PLACEMENT", "LOCATION", "NUMBER_TOKENS", "ROW_KEYS", "ScalingConfig",
            "ScalingResult", "counting_tokenizer", "windows",
-           "loglog_slope", "spread", "probe_norm_exact", "boundary_geometry", "capture_seeds", "capture_metrics",
+           "loglog_slope", "spread", "boundary_geometry", "capture_seeds", "capture_metrics",
            "organism_row",
            "toy_rows", "llm_row", "rates", "run_scaling", "PRESETS"]

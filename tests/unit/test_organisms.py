@@ -519,7 +519,8 @@ def test_the_boundary_geometry_of_an_arc_and_of_a_line():
 
 
 def test_the_exact_probe_norm_is_that_of_the_read_out_that_rounds():
-    from countlens.llm.organisms.scaling import probe_norm_exact
+    # the comparison's definition, which scaling uses
+    from countlens.analysis import probe_norm_needed as probe_norm_exact
 
     rng = np.random.default_rng(0)
     n = np.repeat(np.arange(21), 10).astype(float)
