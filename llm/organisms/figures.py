@@ -148,12 +148,14 @@ def scaling_view(page: Page, s: Section) -> None:
         "fit rounds every validation row (a dash), the probe's best test accuracy says how close a linear read-out "
         "comes: after one attention block the residual holds the count divided by the softmax's denominator, so a "
         "linear read-out of the count is curved, while the organism's own answer, an argmax, does not see that "
-        "denominator.")
+        "denominator. The head's target excess (as in the heads figure, at the boundary, averaged over the prompts) is zero "
+        "where the head spreads its attention evenly over the items, so that the count is carried by the value "
+        "vectors, and positive where it prefers the targets.")
     keys = ["kind", "L", "seed", "converged", "held_out_accuracy", "held_out_min_count", "largest_parameter_norm",
-            "probe_norm", "probe_best_acc", "gap_ratio", "erank_ratio", "endpoint_angle"]
+            "probe_norm", "probe_best_acc", "target_excess", "gap_ratio", "erank_ratio", "endpoint_angle"]
     header = ["source", "L", "seed", "converged", "held-out accuracy", "lowest per-count accuracy",
               "largest parameter norm (B)",
-              "probe norm (exact)", "probe's best test rounded accuracy", "gap ratio", "effective-rank ratio", "endpoint angle (rad)"]
+              "probe norm (exact)", "probe's best test rounded accuracy", "head's target excess", "gap ratio", "effective-rank ratio", "endpoint angle (rad)"]
 
     def cell(*keys) -> str:  # a value span, or a dash where the value is absent or null
         return page.v(rel, *keys) if page.get(rel, *keys) is not None else "—"

@@ -34,6 +34,11 @@ per residual dimension) at the boundary after its block:
 - the probe norm that rounds exactly, as the comparison defines it (:func:`countlens.analysis.probe_norm_needed`):
   the smallest native ℓ2 norm on a ridge path whose validation rounded accuracy is 1 (``probe_norm``;
   ``None``: no α reached it), and the validation-selected probe's test rounded accuracy (``probe_best_acc``);
+- how its one head reads the items: the mean over the held-out prompts with targets and distractors of its
+  boundary query's **target excess** (:func:`countlens.llm.heads.attention.target_excess`, Figure 12's:
+  ``target / (target + distractor) − n / (n + m)`` of its attention masses), 0 where it spreads its item
+  attention evenly (the count then sits in the values alone, the distractors' included) and up to
+  ``m / (n + m)`` where it attends to the targets only;
 - its own largest parameter-vector norm (:func:`countlens.llm.organisms.train.largest_parameter_norm`): the
   organism's ``B``.
 
@@ -91,8 +96,8 @@ WORDING = next(iter(CONFIGURATIONS))  # "count"
 NUMBER_TOKENS = 1000  # counts below this are answered by one token each (counting_tokenizer)
 ROW_KEYS = ("kind", "label", "L", "seed", "location", "converged", "held_out_accuracy", "held_out_min_count",
             "steps", "train_seconds",
-            "largest_parameter_norm", "probe_norm", "probe_best_acc", "gap_ratio", "erank_ratio", "endpoint_angle",
-            "low", "high", "pca_explained")
+            "largest_parameter_norm", "probe_norm", "probe_best_acc", "target_excess", "gap_ratio", "erank_ratio",
+            "endpoint_angle", "low", "high", "pca_explained")
 
 
 @dataclass
@@ -168,7 +173,8 @@ class ScalingResult(Result):
     prompts, every count 0..L equally often), ``held_out_min_count`` (the lowest of its per-count accuracies),
     ``steps``, ``train_seconds``,
     ``largest_parameter_norm`` (the organism's ``B``; the toy's ``B_min``), ``probe_norm`` (smallest native
-    norm of an exactly rounding ridge probe; ``None`` where none), ``probe_best_acc``, ``gap_ratio``,
+    norm of an exactly rounding ridge probe; ``None`` where none), ``probe_best_acc``, ``target_excess``
+    (organisms: the head's mean boundary target excess), ``gap_ratio``,
     ``erank_ratio``, ``endpoint_angle`` (rad), ``low`` / ``high`` (the windows), ``pca_explained`` (two
     ratios). ``pca``: per organism and LLM row (same order, ``label``) the centroids' PCA coordinates per count.
     ``rates``: the log-log slopes (``organism_norm``: per seed, mean, std; ``organism_probe_norm``: the same;
@@ -288,6 +294,29 @@ def capture_metrics(acts: str | Path, location: str, L: int) -> dict[str, Any]:
     return {**boundary_geometry(X, n, L), "probe_norm": probe["probe_norm"], "probe_best_acc": probe["probe_best_acc"]}
 
 
+def boundary_target_excess(folder: str | Path, settings: PromptSettings, batch_size: int = 32) -> float | None:
+    """The mean over ``settings``' prompts with targets and distractors of the boundary query's target excess
+    (:func:`countlens.llm.heads.attention.target_excess`) in the one-block, one-head organism of ``folder``
+    (``None`` where no prompt has both)."""
+    import torch
+
+    from countlens.llm.capture.residuals import pad_token_id
+    from countlens.llm.heads.attention import head_masses, target_excess
+    from countlens.llm.heads.experiment import prompt_roles
+    from countlens.llm.hooks import attention_output_site
+    from countlens.llm.models import load_model
+    from countlens.llm.prompts import build_prompts
+
+    loaded = load_model(str(folder), progress=False)
+    prompts = build_prompts(loaded.tokenizer, settings)
+    site = attention_output_site(loaded.model.config.model_type)
+    with torch.inference_mode():
+        masses, _ = head_masses(loaded.model, prompts, prompt_roles(prompts, settings), site,
+                                pad_token_id(loaded.tokenizer), batch_size)  # (P, 1, Q, 1, 3)
+    excess = target_excess(masses[:, 0, 0, 0], np.array([p.n for p in prompts]), np.array([p.m for p in prompts]))
+    return float(np.nanmean(excess)) if np.isfinite(excess).any() else None
+
+
 # ------------------------------------------------------------------------------------------ the run
 
 def organism_row(config: ScalingConfig, L: int, seed: int, out: Path, work: Path, progress: bool,
@@ -304,11 +333,13 @@ def organism_row(config: ScalingConfig, L: int, seed: int, out: Path, work: Path
                                                                                    len(config.configs)))])
     acts = work / f"acts-L{L}-seed{seed}"
     run_capture(CaptureConfig(model=ModelSpec(model=str(out)), prompts=prompts), acts, progress=False)
+    excess = boundary_target_excess(out, prompts)
     return {"kind": "organism", "label": f"organism L={L} seed={seed}", "L": L, "seed": seed, "location": LOCATION,
             "converged": organism.converged, "held_out_accuracy": organism.held_out_accuracy,
             "held_out_min_count": min(r["accuracy"] for r in organism.held_out),
             "steps": organism.steps, "train_seconds": organism.train_seconds,
-            "largest_parameter_norm": organism.largest_parameter_norm, **capture_metrics(acts, LOCATION, L)}
+            "largest_parameter_norm": organism.largest_parameter_norm, "target_excess": excess,
+            **capture_metrics(acts, LOCATION, L)}
 
 
 def toy_rows(config: ScalingConfig) -> list[dict[str, Any]]:
@@ -405,6 +436,6 @@ declare(Experiment(
 
 __all__ = ["TOY_VARIANT", "NORM_PLACEMENT", "LOCATION", "NUMBER_TOKENS", "ROW_KEYS", "ScalingConfig",
            "ScalingResult", "counting_tokenizer", "windows",
-           "loglog_slope", "spread", "boundary_geometry", "capture_seeds", "capture_metrics",
+           "loglog_slope", "spread", "boundary_geometry", "capture_seeds", "boundary_target_excess", "capture_metrics",
            "organism_row",
            "toy_rows", "llm_row", "rates", "run_scaling", "PRESETS"]

@@ -612,6 +612,37 @@ def test_scaling_trains_one_head_organisms_and_sets_them_beside_the_toy(scaled):
     assert (folder / "organism_scaling.csv").read_text().count("\n") == len(result.rows) + 1
 
 
+def test_the_scaling_target_excess_is_the_heads_boundary_attention_read_from_output_attentions(scaled):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from countlens.llm.organisms.experiment import HELD_OUT_SEED
+    from countlens.llm.organisms.scaling import capture_seeds
+    from countlens.llm.prompts import PromptSettings, build_prompts
+
+    folder, result = scaled
+    config = SCALING_TEST
+    for row in result.organisms():
+        L, out = row["L"], folder / f"L{row['L']}-seed0"
+        seeds = capture_seeds(L, config["width"], len(config["pairs"]), len(config["configs"]))
+        settings = PromptSettings(L=L, counts=list(range(L + 1)), per_count=1, pairs=config["pairs"],
+                                  configs=config["configs"], seeds=[HELD_OUT_SEED + j for j in range(seeds)])
+        prompts = build_prompts(AutoTokenizer.from_pretrained(out), settings)
+        model = AutoModelForCausalLM.from_pretrained(out, attn_implementation="eager").eval()
+        excess = []
+        for p in prompts:
+            if p.n == 0 or p.m == 0:
+                continue
+            with torch.no_grad():
+                weights = model(torch.tensor([p.ids]), output_attentions=True).attentions[0][0, 0, -1].double()
+            items = np.array(p.item_indices)
+            roles = np.array(p.item_targets)
+            t, d = float(weights[items[roles]].sum()), float(weights[items[~roles]].sum())
+            excess.append(t / (t + d) - p.n / (p.n + p.m))
+        assert row["target_excess"] == pytest.approx(np.mean(excess), abs=1e-6)
+    assert all(r["target_excess"] is None for r in result.rows if r["kind"] == "toy")
+
+
 def test_the_counting_tokenizer_writes_every_count_as_one_token(tmp_path, monkeypatch):
     from transformers import AutoTokenizer
 
