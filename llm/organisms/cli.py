@@ -83,6 +83,8 @@ def register(subparsers) -> None:
     tr.add_argument("--lr", type=float, default=d.lr, help="AdamW learning rate")
     tr.add_argument("--warmup", type=int, default=d.warmup,
                     help="steps of the rate's linear warm-up (then constant, then falling as 1 / step)")
+    tr.add_argument("--decay", type=int, default=d.decay,
+                    help="the step from which the rate falls as DECAY / step (beyond --max-steps: a constant rate)")
     tr.add_argument("--batch-size", dest="batch_size", type=int, default=d.batch_size, help="prompts per step")
     tr.add_argument("--softmax", choices=SOFTMAX, default=d.softmax,
                     help="the training loss's softmax: over the task's tokens (those of its prompts and answers; "
@@ -132,7 +134,7 @@ def train_config(args):
     extra = {"pairs": parse_pairs(args.pairs)} if args.pairs else {}
     return OrganismConfig(L=args.L, layers=args.layers, heads=args.heads, width=args.width,
                           attention_only=args.attention_only, live_heads=parse_live_heads(args.live_heads),
-                          seed=args.seed, tokenizer=args.tokenizer, lr=args.lr, warmup=args.warmup,
+                          seed=args.seed, tokenizer=args.tokenizer, lr=args.lr, warmup=args.warmup, decay=args.decay,
                           batch_size=args.batch_size, max_steps=args.max_steps, eval_every=args.eval_every,
                           target_accuracy=args.target_accuracy, softmax=args.softmax, **extra)
 

@@ -54,8 +54,9 @@ from countlens.llm.prompts import CONFIGURATIONS, DEFAULT_PAIRS, PromptSettings,
 HELD_OUT_SEED = 1_000_000  # held-out prompts use data seeds from here on; training seeds count up from 0
 CHECKPOINT = Path(".train") / "checkpoint.pt"
 WARMUP = 50  # steps of linear learning-rate warm-up (the default of OrganismConfig.warmup)
-DECAY = 250  # then the rate falls as DECAY / step: a function of the step alone, so a resumed run (whatever its
-# max_steps) follows the schedule an uninterrupted one would; the fall settles the last errors
+DECAY = 250  # steps at the peak before the rate falls as decay / step (the default of OrganismConfig.decay): a
+# function of the step alone, so a resumed run (whatever its max_steps) follows the schedule an uninterrupted one
+# would; the fall settles the last errors
 SOFTMAX = ("task", "full")  # the training softmax's vocabulary: the task's tokens, or every token
 RESULT_FILE = "organism.json"
 HELD_OUT_CSV = "organism_held_out.csv"
@@ -91,7 +92,8 @@ class OrganismConfig(ExperimentConfig):
     (``attention_only``); ``live_heads`` (block, head pairs; ``None``: all) the heads allowed to write to the
     residual. Task: counts ``0..L`` of every ``pairs`` and ``configs`` wording under the chat template of
     ``tokenizer`` (a model name as ``--model`` takes it; its tokenizer and chat template only). Training:
-    AdamW at ``lr`` (:func:`learning_rate`: a linear warm-up over ``warmup`` steps, then a fall as 1 / step),
+    AdamW at ``lr`` (:func:`learning_rate`: a linear warm-up over ``warmup`` steps, ``lr`` until step ``decay``,
+    then a fall as 1 / step),
     ``batch_size`` prompts a step,
     at most ``max_steps`` steps, until the greedy answers are right on ``target_accuracy`` of the held-out prompts
     (``held_out_seeds`` data seeds of every count, pair and wording), checked every ``eval_every`` steps;
@@ -111,6 +113,7 @@ class OrganismConfig(ExperimentConfig):
     configs: list[str] = field(default_factory=lambda: list(CONFIGURATIONS))
     lr: float = 5e-3
     warmup: int = WARMUP
+    decay: int = DECAY
     batch_size: int = 32
     max_steps: int = 3000
     eval_every: int = 100
@@ -119,8 +122,9 @@ class OrganismConfig(ExperimentConfig):
     softmax: str = "task"
 
     FIELDS: ClassVar[dict] = {"L": AtLeast(1), "layers": AtLeast(1), "heads": AtLeast(1), "width": AtLeast(2),
-                              "seed": AtLeast(0), "lr": Positive(), "warmup": AtLeast(1), "batch_size": AtLeast(1),
-                              "max_steps": AtLeast(1), "eval_every": AtLeast(1), "held_out_seeds": AtLeast(1),
+                              "seed": AtLeast(0), "lr": Positive(), "warmup": AtLeast(1), "decay": AtLeast(1),
+                              "batch_size": AtLeast(1), "max_steps": AtLeast(1), "eval_every": AtLeast(1),
+                              "held_out_seeds": AtLeast(1),
                               "target_accuracy": Positive()}
 
     def validate(self) -> OrganismConfig:
@@ -323,10 +327,10 @@ class PromptStream:
         return [self._set(i // self.per_seed)[i % self.per_seed] for i in range(step * B, (step + 1) * B)]
 
 
-def learning_rate(peak: float, step: int, warmup: int = WARMUP) -> float:
-    """The rate at ``step`` (0-based): a linear warm-up over ``warmup`` steps, then ``peak`` until
-    :data:`DECAY` and ``peak * DECAY / step`` after."""
-    return peak * min(1.0, (step + 1) / warmup) / max(1.0, step / DECAY)
+def learning_rate(peak: float, step: int, warmup: int = WARMUP, decay: int = DECAY) -> float:
+    """The rate at ``step`` (0-based): a linear warm-up over ``warmup`` steps, then ``peak`` until ``decay``
+    and ``peak * decay / step`` after (a ``decay`` beyond the last step keeps it constant)."""
+    return peak * min(1.0, (step + 1) / warmup) / max(1.0, step / decay)
 
 
 def _rows(plan: OrganismPlan, prompts: list):
@@ -435,7 +439,7 @@ def run_organism(config: OrganismConfig, *, out: str | os.PathLike, progress: bo
     with tqdm(total=config.max_steps, initial=step, unit="step", desc="organism", disable=not progress) as bar:
         while step < config.max_steps and accuracy < config.target_accuracy:
             for group in optimiser.param_groups:
-                group["lr"] = learning_rate(config.lr, step, config.warmup)
+                group["lr"] = learning_rate(config.lr, step, config.warmup, config.decay)
             model.train()
             loss = T.answer_loss(model, _rows(plan, stream.batch(step)), plan.vocab)
             optimiser.zero_grad(set_to_none=True)

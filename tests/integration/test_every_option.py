@@ -140,7 +140,7 @@ BAD = {
     "compare": {"--toy": "{MISSING}", "--acts": "{MISSING}", "--locations": "99", "--toy-L": "0",
                 "--arc-counts": "2:1", "--low": "2:1", "--high": "x", "--pca-counts": "3"},
     "organism train": {"--L": "0", "--layers": "0", "--heads": "0", "--width": "15", "--live-heads": "1.0",
-                       "--seed": "-1", "--tokenizer": "{MISSING}", "--pairs": "1/1", "--lr": "-1", "--warmup": "0", "--batch-size": "0",
+                       "--seed": "-1", "--tokenizer": "{MISSING}", "--pairs": "1/1", "--lr": "-1", "--warmup": "0", "--decay": "0", "--batch-size": "0",
                        "--max-steps": "0", "--eval-every": "0", "--target-accuracy": "2", "--threads": "0",
                        "--softmax": "none"},
     "organism check": {"--model": "{MISSING}", "--threads": "0"},

@@ -185,6 +185,14 @@ def test_the_learning_rate_warms_up_over_its_steps_then_falls_as_one_over_the_st
     with pytest.raises(ConfigError) as err:
         OrganismConfig(warmup=0)
     assert err.value.field == "warmup"
+    # decay: the step from which the rate falls; beyond the last step the rate stays at its peak
+    assert [learning_rate(0.01, s, 300, 1000) for s in (299, 999, 1000, 4000)] == pytest.approx(
+        [0.01, 0.01, 0.01, 0.01 * 1000 / 4000])
+    assert {learning_rate(0.01, s, 300, 10**9) for s in range(299, 20_000, 997)} == {0.01}
+    assert OrganismConfig().decay == DECAY
+    with pytest.raises(ConfigError) as err:
+        OrganismConfig(decay=0)
+    assert err.value.field == "decay"
 
 
 def test_width_must_divide_into_even_heads():
