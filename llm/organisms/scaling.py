@@ -429,7 +429,7 @@ def run_scaling(config: ScalingConfig, *, out: str | os.PathLike, progress: bool
 # tiny organisms converge within their 400 steps).
 PRESETS = {"quick": ScalingConfig(),
            # L = 100 needs a constant rate and many prompts: at the quick recipe it reached 0.19 after 6,000 steps;
-           # at 1e-2 held, 128 prompts a step, seed 0 reached 0.995 after 17,150 steps (L = 10 and 30 at 300-350
+           # at 1e-2 held, 128 prompts a step, seeds 0 and 1 reached 0.995 / 0.990 after 17,150 / 7,050 steps (L = 10 and 30 at 300-350
            # and 1,400-1,900 steps, three seeds), BENCHMARKS.md
            "full": ScalingConfig(Ls=[10, 30, 100], seeds=[0, 1, 2], lr=1e-2, warmup=300, decay=30_000,
                                  batch_size=128, max_steps=30_000),
