@@ -121,6 +121,9 @@ def register(subparsers) -> None:
                     help="an existing capture folder for the LLM column (default: none)")
     sc.add_argument("--llm-location", dest="llm_location", default=None,
                     help="the LLM capture's location, a name or index (default: its last)")
+    sc.add_argument("--workers", type=int, default=1,
+                    help="processes training organisms side by side, the largest L first, one torch thread each "
+                         "(--threads is then unused; the table is that of one worker on one thread)")
     add_common_options(sc, "quiet")
     add_common_options(sc, "threads", threads=2)
     sc.set_defaults(func=cmd_scaling)
@@ -205,8 +208,9 @@ def cmd_scaling(args) -> int:
 
     quiet_transformers()
     config = scaling_config(args)
+    workers = AtLeast(1)(args.workers, "workers")
     with torch_threads(AtLeast(1)(args.threads, "threads")):
-        result = run_scaling(config, out=args.out, progress=not args.quiet)
+        result = run_scaling(config, out=args.out, progress=not args.quiet, workers=workers)
     result.save(args.out)
     draw_scaling(result, args.out)
     rate = result.rates["organism_norm"]

@@ -73,6 +73,7 @@ import numpy as np
 from countlens.core.errors import ConfigError, about, literal
 from countlens.core.fields import AtLeast, Ints, Positive, check_fields
 from countlens.core.options import ExperimentConfig
+from countlens.core.pool import pool_map, workers_for
 from countlens.core.registry import Experiment, declare
 from countlens.core.results import Result, result_provenance
 from countlens.llm.models import DEFAULT_MODEL
@@ -394,12 +395,19 @@ def rates(config: ScalingConfig, rows: list[dict[str, Any]]) -> dict[str, Any]:
             "paper": exponent, "paper_text": text}
 
 
-def run_scaling(config: ScalingConfig, *, out: str | os.PathLike, progress: bool = False) -> ScalingResult:
+def run_scaling(config: ScalingConfig, *, out: str | os.PathLike, progress: bool = False,
+                workers: int = 1) -> ScalingResult:
     """Every organism of ``config`` trained (or resumed, or reused) in ``out/L{L}-seed{s}``, measured, and
     set beside the toy and the optional LLM capture. Every organism's settings, folder and tokenizer are
-    checked (:func:`~countlens.llm.organisms.experiment.plan_organism`) before the first one trains."""
+    checked (:func:`~countlens.llm.organisms.experiment.plan_organism`) before the first one trains.
+
+    ``workers > 1`` trains and measures that many organisms side by side, each in its own process on one torch
+    thread (:func:`countlens.core.pool.pool_map`), the largest ``L`` first; one thread trains the same organism
+    bit for bit, so the result is that of ``workers = 1`` on one thread (timings aside)."""
     started = time.perf_counter()
     config.validate()
+    if int(workers) < 1:
+        raise ConfigError("workers", f"{{workers}} must be >= 1, got {workers}")
     out = Path(out)
     tokenizer = counting_tokenizer(config.tokenizer, max(config.Ls), progress)
     folders = {(L, s): out / f"L{L}-seed{s}" for L in config.Ls for s in config.seeds}
@@ -413,8 +421,15 @@ def run_scaling(config: ScalingConfig, *, out: str | os.PathLike, progress: bool
         llm = llm_row(config)  # a bad capture is refused before any training
     rows = []
     with tempfile.TemporaryDirectory(prefix="countlens-scaling-") as tmp:
-        for (L, s), folder in folders.items():
-            rows.append(organism_row(config, int(L), int(s), folder, Path(tmp), progress, tokenizer))
+        if int(workers) == 1:  # here, on the caller's torch threads, with each organism's own progress bar
+            for (L, s), folder in folders.items():
+                rows.append(organism_row(config, int(L), int(s), folder, Path(tmp), progress, tokenizer))
+        else:  # the longest (largest L) first, so that no worker is left with one long organism at the end
+            order = sorted(folders, key=lambda key: -key[0])
+            done = pool_map(organism_row, [(config, int(L), int(s), folders[L, s], Path(tmp), False, tokenizer)
+                                           for L, s in order], workers=workers, desc="organisms", progress=progress)
+            by_key = dict(zip(order, done, strict=True))
+            rows = [by_key[key] for key in folders]
     rows += toy_rows(config)
     if config.llm_acts is not None:
         rows.append(llm)
@@ -443,7 +458,8 @@ declare(Experiment(
     figure="countlens.llm.organisms.figures:draw_scaling", plot="countlens.llm.organisms.figures:plot_scaling",
     # not in the quick report (make demo): its quick organisms take 6 minutes on one thread, which the demo's
     # 15 minutes cannot hold (README, BENCHMARKS.md)
-    view="countlens.llm.organisms.figures:scaling_view", options={"progress": True},
+    view="countlens.llm.organisms.figures:scaling_view",
+    options=lambda c: {"progress": True, "workers": workers_for(len(c.Ls) * len(c.seeds))},
     presets={**PRESETS, "quick": None}))
 
 

@@ -145,7 +145,8 @@ BAD = {
                        "--softmax": "none"},
     "organism check": {"--model": "{MISSING}", "--threads": "0"},
     "organism scaling": {"--preset": "huge", "--Ls": "10", "--seeds": "-1", "--width": "15", "--max-steps": "0",
-                         "--llm-acts": "{MISSING}", "--llm-location": "99", "--threads": "0"},
+                         "--llm-acts": "{MISSING}", "--llm-location": "99", "--threads": "0",
+                         "--workers": "0"},
 }
 
 # Options where every value is valid (they name what to write, or any seed or count of output lines works).

@@ -702,6 +702,22 @@ def test_scaling_reuses_its_organisms_and_draws_its_figure(scaled, tmp_path):
     assert {p.name for p in draw_scaling(result, tmp_path)} == {"organism_scaling.png", "organism_scaling.pdf"}
 
 
+def test_scaling_with_two_workers_trains_the_same_organisms(scaled, tmp_path, monkeypatch):
+    from countlens.llm.organisms.scaling import ScalingConfig, run_scaling
+
+    folder, result = scaled
+    monkeypatch.setenv("COUNTLENS_CACHE", str(tmp_path / "cache"))  # trained anew, in the workers
+    again = run_scaling(ScalingConfig(**SCALING_TEST), out=tmp_path / "s", workers=2)
+    assert [r["label"] for r in again.rows] == [r["label"] for r in result.rows]  # the order of Ls, not of work
+    for mine, theirs in zip(again.rows, result.rows, strict=True):
+        assert {k: v for k, v in mine.items() if k != "train_seconds"} == {
+            k: v for k, v in theirs.items() if k != "train_seconds"}
+    assert again.rates == result.rates
+    with pytest.raises(ConfigError) as err:
+        run_scaling(ScalingConfig(**SCALING_TEST), out=tmp_path / "t", workers=0)
+    assert err.value.field == "workers" and not (tmp_path / "t").exists()
+
+
 def test_scaling_refuses_an_organism_folder_holding_something_else_before_training(tmp_path):
     from countlens.llm.organisms.scaling import ScalingConfig, run_scaling
 
