@@ -395,6 +395,15 @@ def rates(config: ScalingConfig, rows: list[dict[str, Any]]) -> dict[str, Any]:
             "paper": exponent, "paper_text": text}
 
 
+def _worker_row(*job: Any) -> dict[str, Any]:
+    """:func:`organism_row` in a worker process of :func:`run_scaling`, which shows no bar of its own (the
+    parent's counts the organisms), transformers' loading bars included."""
+    from countlens.llm.models import quiet_transformers
+
+    quiet_transformers()
+    return organism_row(*job)
+
+
 def run_scaling(config: ScalingConfig, *, out: str | os.PathLike, progress: bool = False,
                 workers: int = 1) -> ScalingResult:
     """Every organism of ``config`` trained (or resumed, or reused) in ``out/L{L}-seed{s}``, measured, and
@@ -426,7 +435,7 @@ def run_scaling(config: ScalingConfig, *, out: str | os.PathLike, progress: bool
                 rows.append(organism_row(config, int(L), int(s), folder, Path(tmp), progress, tokenizer))
         else:  # the longest (largest L) first, so that no worker is left with one long organism at the end
             order = sorted(folders, key=lambda key: -key[0])
-            done = pool_map(organism_row, [(config, int(L), int(s), folders[L, s], Path(tmp), False, tokenizer)
+            done = pool_map(_worker_row, [(config, int(L), int(s), folders[L, s], Path(tmp), False, tokenizer)
                                            for L, s in order], workers=workers, desc="organisms", progress=progress)
             by_key = dict(zip(order, done, strict=True))
             rows = [by_key[key] for key in folders]
