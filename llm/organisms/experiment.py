@@ -401,11 +401,12 @@ def _to_cache(config: OrganismConfig, out: Path) -> None:
 
 
 def run_organism(config: OrganismConfig, *, out: str | os.PathLike, progress: bool = False,
-                 reuse: bool = False) -> OrganismResult:
+                 reuse: bool = False, position: int | None = None) -> OrganismResult:
     """Train (or resume, or reuse) the organism of ``config`` in the folder ``out``; returns its result, also
     written to ``out/organism.json``. With ``reuse``, an organism of the same settings trained before (by any
     run with ``reuse``) is copied from the countlens cache (:func:`cached_folder`) instead of trained, and a
-    newly trained one is kept there."""
+    newly trained one is kept there. ``position``: the terminal line (a tqdm position) of the training bar of a
+    worker process training beside others, labelled with ``L`` and seed and shown whatever ``progress`` says."""
     import torch
     from tqdm.auto import tqdm
 
@@ -436,7 +437,10 @@ def run_organism(config: OrganismConfig, *, out: str | os.PathLike, progress: bo
     accuracy = curve[-1]["held_out_accuracy"] if curve else 0.0
     losses: list[float] = []
     started = time.perf_counter() - seconds
-    with tqdm(total=config.max_steps, initial=step, unit="step", desc="organism", disable=not progress) as bar:
+    where = ({} if position is None else  # a worker's bar, on its own line under its pool's
+             {"position": position, "leave": False, "desc": f"organism L={config.L} seed={config.seed}"})
+    with tqdm(**{"total": config.max_steps, "initial": step, "unit": "step", "desc": "organism",
+                 "disable": not progress and position is None, **where}) as bar:
         while step < config.max_steps and accuracy < config.target_accuracy:
             for group in optimiser.param_groups:
                 group["lr"] = learning_rate(config.lr, step, config.warmup, config.decay)

@@ -330,14 +330,16 @@ def boundary_target_excess(folder: str | Path, settings: PromptSettings, batch_s
 # ------------------------------------------------------------------------------------------ the run
 
 def organism_row(config: ScalingConfig, L: int, seed: int, out: Path, work: Path, progress: bool,
-                 tokenizer: str | None = None) -> dict[str, Any]:
+                 tokenizer: str | None = None, position: int | None = None) -> dict[str, Any]:
     """Train (or resume, or reuse) the organism of ``(L, seed)`` with the tokenizer folder ``tokenizer``
     (:func:`counting_tokenizer`; ``None``: ``config.tokenizer``) in ``out``, capture its held-out prompts into
-    ``work`` and measure it."""
+    ``work`` and measure it. ``position``: the terminal line of a worker's training bar
+    (:func:`~countlens.llm.organisms.experiment.run_organism`)."""
     from countlens.llm.capture.experiment import CaptureConfig, run_capture
     from countlens.llm.models import ModelSpec
 
-    organism = run_organism(config.organism(L, seed, tokenizer), out=out, progress=progress, reuse=True)
+    organism = run_organism(config.organism(L, seed, tokenizer), out=out, progress=progress, reuse=True,
+                            position=position)
     prompts = PromptSettings(L=L, counts=list(range(L + 1)), per_count=1, pairs=config.pairs, configs=config.configs,
                              seeds=[HELD_OUT_SEED + j for j in range(capture_seeds(L, config.width, len(config.pairs),
                                                                                    len(config.configs)))])
@@ -395,13 +397,19 @@ def rates(config: ScalingConfig, rows: list[dict[str, Any]]) -> dict[str, Any]:
             "paper": exponent, "paper_text": text}
 
 
-def _worker_row(*job: Any) -> dict[str, Any]:
-    """:func:`organism_row` in a worker process of :func:`run_scaling`, which shows no bar of its own (the
-    parent's counts the organisms), transformers' loading bars included."""
+def _worker_row(lines: Any, *job: Any) -> dict[str, Any]:
+    """:func:`organism_row` in a worker process of :func:`run_scaling`, quiet but for its training bar, shown
+    on a terminal line taken from the queue ``lines`` (``None``: no bar) for as long as it trains."""
     from countlens.llm.models import quiet_transformers
 
     quiet_transformers()
-    return organism_row(*job)
+    if lines is None:
+        return organism_row(*job)
+    line = lines.get()
+    try:
+        return organism_row(*job, position=line)
+    finally:
+        lines.put(line)
 
 
 def run_scaling(config: ScalingConfig, *, out: str | os.PathLike, progress: bool = False,
@@ -435,8 +443,21 @@ def run_scaling(config: ScalingConfig, *, out: str | os.PathLike, progress: bool
                 rows.append(organism_row(config, int(L), int(s), folder, Path(tmp), progress, tokenizer))
         else:  # the longest (largest L) first, so that no worker is left with one long organism at the end
             order = sorted(folders, key=lambda key: -key[0])
-            done = pool_map(_worker_row, [(config, int(L), int(s), folders[L, s], Path(tmp), False, tokenizer)
-                                           for L, s in order], workers=workers, desc="organisms", progress=progress)
+            lines = None
+            if progress:  # each worker's training bar on a line of its own, under the organisms' bar
+                import multiprocessing
+
+                manager = multiprocessing.get_context("spawn").Manager()
+                lines = manager.Queue()
+                for line in range(1, int(workers) + 1):
+                    lines.put(line)
+            try:
+                done = pool_map(_worker_row, [(lines, config, int(L), int(s), folders[L, s], Path(tmp), False,
+                                               tokenizer) for L, s in order],
+                                workers=workers, desc="organisms", progress=progress)
+            finally:
+                if lines is not None:
+                    manager.shutdown()
             by_key = dict(zip(order, done, strict=True))
             rows = [by_key[key] for key in folders]
     rows += toy_rows(config)
@@ -453,8 +474,8 @@ def run_scaling(config: ScalingConfig, *, out: str | os.PathLike, progress: bool
 # tiny organisms converge within their 400 steps).
 PRESETS = {"quick": ScalingConfig(),
            # L = 100 needs a constant rate and many prompts: at the quick recipe it reached 0.19 after 6,000 steps;
-           # at 1e-2 held, 128 prompts a step, seeds 0 and 1 reached 0.995 / 0.990 after 17,150 / 7,050 steps (L = 10 and 30 at 300-350
-           # and 1,400-1,900 steps, three seeds), BENCHMARKS.md
+           # at 1e-2 held, 128 prompts a step, seeds 0, 1, 2 reached 0.995 / 0.990 / 0.990 after 17,150 / 7,050 /
+           # 20,200 steps (L = 10 and 30 at 300-350 and 1,400-1,900 steps), BENCHMARKS.md
            "full": ScalingConfig(Ls=[10, 30, 100], seeds=[0, 1, 2], lr=1e-2, warmup=300, decay=30_000,
                                  batch_size=128, max_steps=30_000),
            "test": ScalingConfig(Ls=[3, 4], seeds=[0], width=16, configs=["count", "tally"], batch_size=16,

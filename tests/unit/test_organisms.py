@@ -702,12 +702,15 @@ def test_scaling_reuses_its_organisms_and_draws_its_figure(scaled, tmp_path):
     assert {p.name for p in draw_scaling(result, tmp_path)} == {"organism_scaling.png", "organism_scaling.pdf"}
 
 
-def test_scaling_with_two_workers_trains_the_same_organisms(scaled, tmp_path, monkeypatch):
+def test_scaling_with_two_workers_trains_the_same_organisms(scaled, tmp_path, monkeypatch, capfd):
     from countlens.llm.organisms.scaling import ScalingConfig, run_scaling
 
     folder, result = scaled
     monkeypatch.setenv("COUNTLENS_CACHE", str(tmp_path / "cache"))  # trained anew, in the workers
-    again = run_scaling(ScalingConfig(**SCALING_TEST), out=tmp_path / "s", workers=2)
+    again = run_scaling(ScalingConfig(**SCALING_TEST), out=tmp_path / "s", workers=2, progress=True)
+    shown = capfd.readouterr().err  # each worker's training bar, labelled, and no loading bar
+    assert "organism L=3 seed=0" in shown and "organism L=4 seed=0" in shown and "organisms" in shown
+    assert "Loading weights" not in shown
     assert [r["label"] for r in again.rows] == [r["label"] for r in result.rows]  # the order of Ls, not of work
     for mine, theirs in zip(again.rows, result.rows, strict=True):
         assert {k: v for k, v in mine.items() if k != "train_seconds"} == {
