@@ -208,9 +208,8 @@ def cmd_scaling(args) -> int:
 
     quiet_transformers()
     config = scaling_config(args)
-    workers = AtLeast(1)(args.workers, "workers")
     with torch_threads(AtLeast(1)(args.threads, "threads")):
-        result = run_scaling(config, out=args.out, progress=not args.quiet, workers=workers)
+        result = run_scaling(config, out=args.out, progress=not args.quiet, workers=args.workers)
     result.save(args.out)
     draw_scaling(result, args.out)
     rate = result.rates["organism_norm"]

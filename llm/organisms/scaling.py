@@ -423,8 +423,7 @@ def run_scaling(config: ScalingConfig, *, out: str | os.PathLike, progress: bool
     bit for bit, so the result is that of ``workers = 1`` on one thread (timings aside)."""
     started = time.perf_counter()
     config.validate()
-    if int(workers) < 1:
-        raise ConfigError("workers", f"{{workers}} must be >= 1, got {workers}")
+    workers = AtLeast(1)(workers, "workers")  # before any slow work
     out = Path(out)
     tokenizer = counting_tokenizer(config.tokenizer, max(config.Ls), progress)
     folders = {(L, s): out / f"L{L}-seed{s}" for L in config.Ls for s in config.seeds}
@@ -438,7 +437,7 @@ def run_scaling(config: ScalingConfig, *, out: str | os.PathLike, progress: bool
         llm = llm_row(config)  # a bad capture is refused before any training
     rows = []
     with tempfile.TemporaryDirectory(prefix="countlens-scaling-") as tmp:
-        if int(workers) == 1:  # here, on the caller's torch threads, with each organism's own progress bar
+        if workers == 1:  # here, on the caller's torch threads, with each organism's own progress bar
             for (L, s), folder in folders.items():
                 rows.append(organism_row(config, int(L), int(s), folder, Path(tmp), progress, tokenizer))
         else:  # the longest (largest L) first, so that no worker is left with one long organism at the end
@@ -449,7 +448,7 @@ def run_scaling(config: ScalingConfig, *, out: str | os.PathLike, progress: bool
 
                 manager = multiprocessing.get_context("spawn").Manager()
                 lines = manager.Queue()
-                for line in range(1, int(workers) + 1):
+                for line in range(1, workers + 1):
                     lines.put(line)
             try:
                 done = pool_map(_worker_row, [(lines, config, int(L), int(s), folders[L, s], Path(tmp), False,
