@@ -15,7 +15,9 @@ Compares every result file of the report folder ``OLD`` with the same file in ``
   activations bit for bit;
 - figures (PNG, PDF) and the HTML page are only checked to exist (their bytes hold dates and fonts).
 
-Prints one line per file and exits 1 when anything differs or is missing.
+Prints one line per file and exits 1 when anything differs or is missing. ``--all`` (anywhere among the
+arguments) also lists, under each JSON or CSV file that differs, every value that moved (key path or row and
+column, old and new): the list a change of definition reports.
 """
 
 from __future__ import annotations
@@ -51,37 +53,58 @@ def _find(new: dict[str, Any], key: str) -> Any:
 
 def _equal(old: Any, new: Any, path: str, roots: tuple[str, str]) -> str | None:
     """``None`` when ``new`` holds ``old`` (added keys aside), else the first key path that differs."""
+    return next(_differences(old, new, path, roots), None)
+
+
+def _differences(old: Any, new: Any, path: str, roots: tuple[str, str]):
+    """Every key path where ``new`` does not hold ``old`` (added keys aside), as ``"path: old became new"``."""
     if isinstance(old, dict):
         if not isinstance(new, dict):
-            return f"{path}: a {type(new).__name__}, was an object"
+            yield f"{path}: a {type(new).__name__}, was an object"
+            return
         for key, value in old.items():
             if key == "provenance" or key in TIMES:
                 continue
             there = _find(new, key)
             if there is _MISSING:
-                return f"{path}.{key}: missing"
+                yield f"{path}.{key}: missing"
+                continue
             if not isinstance(value, dict) and isinstance(there, dict) and key in there:
                 there = there[key]  # a setting that became a composed config holding it
-            found = _equal(value, there, f"{path}.{key}", roots)
-            if found:
-                return found
-        return None
+            yield from _differences(value, there, f"{path}.{key}", roots)
+        return
     if isinstance(old, list):
         if not isinstance(new, list) or len(old) != len(new):
-            return f"{path}: a list of {len(old)} became {len(new) if isinstance(new, list) else type(new).__name__}"
+            yield f"{path}: a list of {len(old)} became {len(new) if isinstance(new, list) else type(new).__name__}"
+            return
         for i, (a, b) in enumerate(zip(old, new, strict=True)):
-            found = _equal(a, b, f"{path}[{i}]", roots)
-            if found:
-                return found
-        return None
+            yield from _differences(a, b, f"{path}[{i}]", roots)
+        return
     if isinstance(old, float) and isinstance(new, float) and math.isnan(old) and math.isnan(new):
-        return None
+        return
     if isinstance(old, str) and isinstance(new, str):
         old, new = old.replace(roots[0], "<OUT>"), new.replace(roots[1], "<OUT>")
     if type(old) is not type(new) and not (isinstance(old, (int, float)) and isinstance(new, (int, float))
                                             and not isinstance(old, bool) and not isinstance(new, bool)):
-        return f"{path}: {old!r} became {new!r}"
-    return None if old == new else f"{path}: {old!r} became {new!r}"
+        yield f"{path}: {old!r} became {new!r}"
+    elif old != new:
+        yield f"{path}: {old!r} became {new!r}"
+
+
+def json_differences(old: Path, new: Path, roots: tuple[str, str]) -> list[str]:
+    """Every differing key path of two JSON result files (``--all``)."""
+    a, b = (json.loads(p.read_text(encoding="utf-8")) for p in (old, new))
+    return [] if old.name in BOOKKEEPING else list(_differences(a, b, "$", roots))
+
+
+def csv_differences(old: Path, new: Path) -> list[str]:
+    """Every differing (row, column) of two CSV result files (``--all``; OLD's columns, rows in order)."""
+    (head_a, *rows_a), (head_b, *rows_b) = (list(csv.reader(p.open(encoding="utf-8"))) for p in (old, new))
+    if any(h not in head_b for h in head_a) or len(rows_a) != len(rows_b):
+        return [compare_csv(old, new) or ""]
+    index = [head_b.index(h) for h in head_a]
+    return [f"row {r}, column {h}: {x!r} became {rb[i]!r}" for r, (ra, rb) in enumerate(zip(rows_a, rows_b, strict=True))
+            for h, x, i in zip(head_a, ra, index, strict=True) if x != rb[i]]
 
 
 def compare_json(old: Path, new: Path, roots: tuple[str, str]) -> str | None:
@@ -163,14 +186,22 @@ def compare(old_root: Path, new_root: Path) -> list[tuple[str, str]]:
 
 
 def main(argv: list[str]) -> int:
+    every = "--all" in argv
+    argv = [a for a in argv if a != "--all"]
     if len(argv) != 2:
         print(__doc__.splitlines()[0], file=sys.stderr)
         return 2
     old, new = (Path(a) for a in argv)
     verdicts = compare(old, new)
     width = max(len(r) for r, _ in verdicts) if verdicts else 0
+    roots = (str(old.resolve()), str(new.resolve()))
     for rel, verdict in verdicts:
         print(f"{rel:<{width}}  {verdict}")
+        if every and verdict.startswith("DIFFERS") and rel.endswith((".json", ".csv")):
+            diff = (json_differences if rel.endswith(".json") else csv_differences)
+            args = (old / rel, new / rel, roots) if rel.endswith(".json") else (old / rel, new / rel)
+            for line in diff(*args):
+                print(f"    {line}")
     bad = [r for r, v in verdicts if v != "same"]
     print(f"{len(verdicts) - len(bad)} of {len(verdicts)} files the same" + (f"; {len(bad)} not" if bad else ""))
     return 1 if bad else 0

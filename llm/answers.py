@@ -5,15 +5,23 @@ One prompt pass (left-padded, so every row's boundary is the last position) yiel
 the KV cache; the answer then costs ``answer_tokens`` single-token decode steps, and every teacher-forced
 answer one more short forward over its tokens — never another prompt pass.
 
-**Teacher-forced candidates**, the one mechanism every answer read-out uses (the correct answer's
-log-probability, the distribution over counts, patching's logit differences): a candidate is a count's answer
-string as tokens, without an end-of-turn token (so any vocabulary's number splitting works: "42" may be one
-token or two); :func:`score_candidates` sums ``log p(token | prompt, the candidate's tokens before it)`` from
-one prompt pass's logits and cache, feeding only each candidate's tokens but its last, and no sequence that
-begins a longer one (for the counts 0..100 in a vocabulary of single digits: nine one-token feeds and "10").
-:func:`answer_distribution` normalises over the candidates: ``p(k | prompt)``, the expected count ``Σ k p(k)``
-and the correct count's rank. Without an end-of-turn token a candidate's probability includes every longer
-answer it begins ("1" includes "10".."19"): the distribution is over first answers, not over final ones.
+**Final answers** (``docs/definitions.md`` §2, ``SPEC`` §3), the one mechanism every answer read-out uses (the
+correct answer's log-probability, the distribution over counts, ranks, patching's and steering's logit
+differences): a candidate is a count's answer string as tokens, without an end-of-turn token (so any
+vocabulary's number splitting works: "42" may be one token or two), and its probability is that of the model's
+*final* number being that count::
+
+    P(k) = p(k's tokens | prompt) × (1 − p(the next token continues the number | prompt, k's tokens))
+
+the continuation being every token that, written after a digit, starts with an ASCII digit
+(:func:`number_continuations`: "0".."9", or "42" in a vocabulary of numbers; never " 5", whose space starts a
+new word). Without the second factor "1" would include every longer answer it begins ("10".."19"), and a model
+that answers "10" would read near 5 on every tokenizer that splits digits. :func:`score_candidates` sums
+``log p(token | prompt, the candidate's tokens before it)`` and adds ``log(1 − continuation mass)`` after its
+last token, from one prompt pass's logits and cache, feeding each candidate's tokens but no sequence that
+begins a longer one (for the counts 0..100 in a vocabulary of single digits: "0", "100", "11".."19" and
+"20".."99"). The candidates' P sum to at most 1 (they are disjoint final answers); :func:`answer_distribution`
+normalises over them: ``p(k | prompt)``, the expected count ``Σ k p(k)`` and the correct count's rank.
 
 **Parse rule.** The answer is the integer written in the generated text when the text holds exactly one
 number, a number being a maximal run of ASCII digits, optionally preceded by ``-``. Anything else — no
@@ -88,8 +96,8 @@ def stop_token_ids(model, tokenizer) -> set[int]:
 @dataclass
 class AnswerBatch:
     """Answers of one batch. tokens: per row the generated ids (stop token excluded); logprob: (B,) natural
-    log-probability of the correct answer string under teacher forcing; candidates: (B, K) that of every
-    candidate :func:`answer_batch` was given (``None`` without)."""
+    log-probability of the correct count as the final answer (:func:`score_candidates`); candidates: (B, K)
+    that of every candidate :func:`answer_batch` was given (``None`` without)."""
 
     tokens: list[list[int]]
     logprob: np.ndarray
@@ -104,8 +112,11 @@ def _cache_arg(model) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
-def _forward(model, ids, mask, positions, cache=None, last_only=False):
-    """One forward with the KV cache: (last position's logits (B, V) float32, the cache)."""
+def cached_forward(model, ids, mask, positions, cache=None, last_only=False):
+    """One forward that keeps its KV cache, the step every runner shares (a prompt pass, a boundary step, a
+    decode step): ``ids``, ``mask``, ``positions`` (B, T); ``cache`` a pass's cache to extend (``None``: a new
+    one). Returns (the last position's logits (B, V) float32, the cache); ``last_only`` computes the logits of
+    the last position alone where the model can."""
     params = inspect.signature(model.forward).parameters
     cache_arg = _cache_arg(model)
     kwargs = {"input_ids": ids, "attention_mask": mask, "position_ids": positions, "use_cache": True}
@@ -119,7 +130,8 @@ def _forward(model, ids, mask, positions, cache=None, last_only=False):
 
 def answer_batch(model, input_ids, attention_mask, correct_ids: Sequence[Sequence[int]], stop_ids: set[int],
                  answer_tokens: int = ANSWER_TOKENS, pad_id: int = 0,
-                 prompt_context=None, candidates: Sequence[Sequence[int]] | None = None) -> AnswerBatch:
+                 prompt_context=None, candidates: Sequence[Sequence[int]] | None = None,
+                 continuation=None) -> AnswerBatch:
     """Greedy answers and the correct answer's log-probability for a left-padded batch.
 
     input_ids, attention_mask: (B, T), left-padded (the boundary is position T - 1 of every row).
@@ -127,7 +139,8 @@ def answer_batch(model, input_ids, attention_mask, correct_ids: Sequence[Sequenc
     manager active during the prompt pass only (hooks that read or edit the boundary, e.g.
     :class:`countlens.llm.patching.edits.BoundaryEdit`); decode steps run without it. ``candidates``: token-id
     lists scored for every row as well (:attr:`AnswerBatch.candidates`), in the same teacher-forced call as
-    the correct answer, before the decode steps extend the cache.
+    the correct answer, before the decode steps extend the cache. ``continuation``: the tokens that continue a
+    number (:func:`score_candidates`; default: those of the tokenizer the model was loaded with).
     """
     import torch
 
@@ -135,10 +148,11 @@ def answer_batch(model, input_ids, attention_mask, correct_ids: Sequence[Sequenc
     device = input_ids.device
     positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, T)
     with prompt_context if prompt_context is not None else contextlib.nullcontext():
-        logits, cache = _forward(model, input_ids, attention_mask, positions, last_only=True)  # (B, V)
+        logits, cache = cached_forward(model, input_ids, attention_mask, positions, last_only=True)  # (B, V)
     last_pos = positions[:, -1:]  # (B, 1)
     rows = [[list(c), *(list(k) for k in candidates or ())] for c in correct_ids]
-    scores = score_candidates(model, logits, cache, attention_mask, last_pos, rows)  # (B, 1 + K)
+    scores = score_candidates(model, logits, cache, attention_mask, last_pos, rows,
+                              continuation=continuation)  # (B, 1 + K)
     logprob = scores[:, 0]
     tokens: list[list[int]] = [[] for _ in range(B)]
     done = torch.zeros(B, dtype=torch.bool, device=device)
@@ -154,7 +168,7 @@ def answer_batch(model, input_ids, attention_mask, correct_ids: Sequence[Sequenc
             break
         nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
         mask = torch.cat([mask, torch.ones((B, 1), dtype=mask.dtype, device=device)], dim=1)
-        logits, cache = _forward(model, nxt[:, None], mask, last_pos + step + 1, cache)
+        logits, cache = cached_forward(model, nxt[:, None], mask, last_pos + step + 1, cache)
     return AnswerBatch(tokens, logprob, scores[:, 1:] if candidates else None)
 
 
@@ -182,28 +196,70 @@ def candidate_token_ids(tokenizer, counts: Sequence[int], template: str = "chat"
 
 
 def _feeds(candidates: Sequence[Sequence[int]]) -> tuple[list[tuple[int, ...]], list[int]]:
-    """The token sequences to feed after the prompt so that every candidate's tokens beyond its first are
-    teacher-forced: each candidate's tokens but its last, without those that begin another one (the longer
-    sequence's logits hold theirs). Returns the feeds and, per candidate, the feed holding it (-1: a one-token
-    candidate needs none)."""
-    prefixes = sorted({tuple(c[:-1]) for c in candidates if len(c) > 1})
-    feeds = [p for p in prefixes if not any(len(q) > len(p) and q[:len(p)] == p for q in prefixes)]
-    where = [-1 if len(c) == 1 else next(i for i, f in enumerate(feeds) if f[:len(c) - 1] == tuple(c[:-1]))
-             for c in candidates]
+    """The token sequences to feed after the prompt so that every candidate's tokens beyond its first, and the
+    next token after its last, are read: each candidate's tokens, without those that begin another one (the
+    longer sequence's logits hold theirs). Returns the feeds and, per candidate, the feed holding it."""
+    seqs = sorted({tuple(c) for c in candidates})
+    feeds = [p for p in seqs if not any(len(q) > len(p) and q[:len(p)] == p for q in seqs)]
+    where = [next(i for i, f in enumerate(feeds) if f[:len(c)] == tuple(c)) for c in candidates]
     return feeds, where
 
 
+_CONTINUATIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> continuation ids
+
+
+def number_continuations(tokenizer) -> np.ndarray:
+    """The ids (sorted, int64) of the tokens that continue a number written just before them: every token whose
+    text, decoded after the digit "1", starts with an ASCII digit ("7", "42"; never " 7" or "▁7", which start
+    a new word, nor other scripts' digits, which the parse rule does not read). Decoding after a digit makes the
+    test the tokenizer's own for every family (byte-level BPE, SentencePiece with byte fallback, WordPiece).
+    Computed once per tokenizer (a 150k vocabulary in about a second)."""
+    if tokenizer in _CONTINUATIONS:
+        return _CONTINUATIONS[tokenizer]
+    anchor = list(tokenizer("1", add_special_tokens=False)["input_ids"])
+    base = len(tokenizer.decode(anchor))
+    texts = tokenizer.batch_decode([anchor + [i] for i in range(len(tokenizer))])
+    ids = np.array([i for i, t in enumerate(texts) if t[base:base + 1] in _DIGITS and len(t) > base],
+                   dtype=np.int64)
+    _CONTINUATIONS[tokenizer] = ids
+    return ids
+
+
+_DIGITS = frozenset("0123456789")
+
+
+def _continuation_mask(model, continuation, vocabulary: int, device):
+    """(V,) bool: the tokens that continue a number (``continuation`` ids, else those of the tokenizer
+    ``model`` was loaded with, :func:`~countlens.llm.models.tokenizer_of`)."""
+    import torch
+
+    if continuation is None:
+        from countlens.llm.models import tokenizer_of
+
+        tokenizer = tokenizer_of(model)
+        if tokenizer is None:
+            raise ValueError("final answers need the model's tokenizer: load the model with load_model (a "
+                             "LoadedModel) or pass continuation=number_continuations(tokenizer)")
+        continuation = number_continuations(tokenizer)
+    ids = torch.as_tensor(np.asarray(continuation, dtype=np.int64), device=device)
+    mask = torch.zeros(vocabulary, dtype=torch.bool, device=device)
+    mask[ids[ids < vocabulary]] = True
+    return mask
+
+
 def score_candidates(model, logits, cache, attention_mask, last_pos, candidates,
-                     max_rows: int = CANDIDATE_ROWS) -> np.ndarray:
-    """log p(candidate | prompt), every token teacher-forced, for each row of a prompt pass: (B, K) float64.
+                     max_rows: int = CANDIDATE_ROWS, continuation=None) -> np.ndarray:
+    """log P(k) of each candidate as the model's final answer (module docstring: its tokens teacher-forced,
+    then no token that continues the number), for each row of a prompt pass: (B, K) float64, nats.
 
     ``logits`` (B, V): the boundary's next-token logits of the pass; ``cache``: its KV cache (left unchanged);
     ``attention_mask`` (B, T) its mask; ``last_pos`` (B, 1) the boundary's position id. ``candidates``: one list
-    of K candidates (token-id lists) for every row, or per row its own list of K. Candidate tokens after the
-    first are fed after a copy of their row's cache, a row's feeds packed into one sequence under a block mask
-    (:func:`_score_packed`) where the model honours a custom attention mask (checked once per model against
-    one feed per sequence, which it falls back to; ``max_rows`` sequences at a time).
-    Rows whose candidates are all one token cost nothing more.
+    of K candidates (token-id lists) for every row, or per row its own list of K. ``continuation``: the ids of
+    the tokens that continue a number (default: :func:`number_continuations` of the tokenizer the model was
+    loaded with). Candidate tokens are fed after a copy of their row's cache, a row's feeds packed into one
+    sequence under a block mask (:func:`_score_packed`) where the model honours a custom attention mask
+    (checked once per model against one feed per sequence, which it falls back to; ``max_rows`` sequences at a
+    time).
     """
     import torch
 
@@ -212,27 +268,27 @@ def score_candidates(model, logits, cache, attention_mask, last_pos, candidates,
     per_row = [candidates] * B if shared else list(candidates)
     if len(per_row) != B or len({len(c) for c in per_row}) != 1 or any(not t for c in per_row for t in c):
         raise ValueError("candidates: one list of non-empty token lists, or one list of K per row")
+    ends = _continuation_mask(model, continuation, logits.shape[-1], logits.device)
     first = torch.log_softmax(logits.float(), dim=-1)  # (B, V)
     out = np.zeros((B, len(per_row[0])), dtype=np.float64)
-    rows = []  # (row, [(feed, [(candidate, tokens), ...]), ...]) for the candidates longer than one token
+    rows = []  # (row, [(feed, [(candidate, tokens), ...]), ...])
     for b, cands in enumerate(per_row):
         index = torch.tensor([c[0] for c in cands], dtype=torch.long, device=first.device)
         out[b] = first[b, index].double().cpu().numpy()
         feeds, where = _feeds(cands)
-        if feeds:
-            rows.append((b, [(feed, [(k, c) for k, c in enumerate(cands) if where[k] == j])
-                             for j, feed in enumerate(feeds)]))
-    if not rows:
-        return out
+        rows.append((b, [(feed, [(k, c) for k, c in enumerate(cands) if where[k] == j])
+                         for j, feed in enumerate(feeds)]))
     width = max(sum(len(f) for f, _ in r[1]) for r in rows)
-    if _within_window(model, attention_mask.shape[1] + width) and _packs(model, cache, attention_mask, last_pos, rows):
+    if (_within_window(model, attention_mask.shape[1] + width)
+            and _packs(model, cache, attention_mask, last_pos, rows, ends)):
         step = max(1, min(max_rows, CANDIDATE_TOKENS // width))
         for start in range(0, len(rows), step):
-            _score_packed(model, cache, attention_mask, last_pos, rows[start:start + step], out)
+            _score_packed(model, cache, attention_mask, last_pos, rows[start:start + step], out, ends)
         return out
     single = [(b, [fed]) for b, feeds in rows for fed in feeds]  # one feed per sequence
     for start in range(0, len(single), max_rows):
-        _score_fed(model, cache, attention_mask, last_pos, single[start:start + max_rows], out, block_mask=False)
+        _score_fed(model, cache, attention_mask, last_pos, single[start:start + max_rows], out, ends,
+                   block_mask=False)
     return out
 
 
@@ -250,7 +306,7 @@ def _within_window(model, length: int) -> bool:
     return length <= int(window)
 
 
-def _packs(model, cache, attention_mask, last_pos, rows) -> bool:
+def _packs(model, cache, attention_mask, last_pos, rows, ends) -> bool:
     """Whether ``model`` scores packed feeds (:func:`_score_packed`) as it scores one feed per sequence
     (:func:`_score_fed` without the block mask): decided once per model, on the first row with two feeds or more (a model that
     ignored the block mask would let one feed see another), by scoring that row both ways. Attention
@@ -264,24 +320,27 @@ def _packs(model, cache, attention_mask, last_pos, rows) -> bool:
     packed = np.zeros((b + 1, max(k for _, m in feeds for k, _ in m) + 1))
     single = packed.copy()
     try:
-        _score_packed(model, cache, attention_mask, last_pos, [row], packed)
+        _score_packed(model, cache, attention_mask, last_pos, [row], packed, ends)
     except Exception:  # noqa: BLE001 - an attention implementation that refuses a 4D mask
         _PACKS[model] = False
         return False
-    _score_fed(model, cache, attention_mask, last_pos, [(b, [fed]) for fed in feeds], single, block_mask=False)
+    _score_fed(model, cache, attention_mask, last_pos, [(b, [fed]) for fed in feeds], single, ends,
+               block_mask=False)
     half = model.get_input_embeddings().weight.dtype.itemsize < 4
     _PACKS[model] = bool(np.allclose(packed, single, rtol=0, atol=5e-2 if half else 1e-3))
     return _PACKS[model]
 
 
-def _score_packed(model, cache, attention_mask, last_pos, rows, out: np.ndarray) -> None:
+def _score_packed(model, cache, attention_mask, last_pos, rows, out: np.ndarray, ends) -> None:
     """Each row's feeds packed into one sequence (:func:`_score_fed` under a block mask)."""
-    _score_fed(model, cache, attention_mask, last_pos, rows, out, block_mask=True)
+    _score_fed(model, cache, attention_mask, last_pos, rows, out, ends, block_mask=True)
 
 
-def _score_fed(model, cache, attention_mask, last_pos, rows, out: np.ndarray, block_mask: bool) -> None:
-    """Feed each row's feeds after its prompt (a copy of its cache; one batch) and add its candidates' later
-    tokens' log-probabilities to ``out``. ``rows``: ``(prompt row, [(feed, [(candidate, tokens), ...]), ...])``.
+def _score_fed(model, cache, attention_mask, last_pos, rows, out: np.ndarray, ends, block_mask: bool) -> None:
+    """Feed each row's feeds after its prompt (a copy of its cache; one batch) and add to ``out`` its
+    candidates' later tokens' log-probabilities and, after each candidate's last token, the log-probability
+    that no token continuing the number follows (``ends``: (V,) bool, the continuing tokens).
+    ``rows``: ``(prompt row, [(feed, [(candidate, tokens), ...]), ...])``.
 
     ``block_mask``: a row's feeds are one sequence, each feed attending to the prompt and to its own earlier
     tokens only (a custom 4D mask, block-diagonal causal over the fed tokens) with positions restarting after
@@ -319,16 +378,18 @@ def _score_fed(model, cache, attention_mask, last_pos, rows, out: np.ndarray, bl
     else:
         mask = torch.cat([attention_mask[index], valid], dim=1)  # (R, T + width)
     result = model(input_ids=ids, attention_mask=mask, position_ids=last_pos[index] + 1 + offsets, use_cache=True,
-                   **{_cache_arg(model): _select_rows(cache, index)})
+                   **{_cache_arg(model): select_cache_rows(cache, index)})
     logp = torch.log_softmax(result.logits.float(), dim=-1)  # (R, width, V)
+    stop = torch.logsumexp(logp.masked_fill(ends, float("-inf")), dim=-1).double()  # (R, width): log(1 − cont.)
     for i, (b, feeds) in enumerate(rows):
         for at, (_, members) in zip(starts[i], feeds, strict=True):
             for k, tokens in members:
                 later = torch.tensor(tokens[1:], dtype=torch.long, device=logp.device)
-                out[b, k] += float(logp[i, at + torch.arange(len(tokens) - 1), later].double().sum())
+                n = len(tokens)
+                out[b, k] += float(logp[i, at + torch.arange(n - 1), later].double().sum() + stop[i, at + n - 1])
 
 
-def _select_rows(cache, rows):
+def select_cache_rows(cache, rows):
     """A KV cache holding the batch rows ``rows`` of ``cache`` (repeats allowed); ``cache`` is left as it is.
     The layers are copied shallowly (selecting makes new tensors), the whole cache only where it has no
     layer list."""
@@ -344,12 +405,14 @@ def _select_rows(cache, rows):
 
 def candidate_logprobs(model, tokenizer, prompts, counts: Sequence[int], template: str = "chat",
                        batch_size: int = 16, context=None) -> np.ndarray:
-    """log p("k" | prompt) for every prompt and every count ``k`` of ``counts``: (P, K) float64, one prompt
-    pass per batch of ``batch_size`` left-padded prompts (``context(rows, boundary_index)``: a context manager
-    active during each batch's prompt pass, e.g. a patch)."""
+    """log P(k | prompt), k the final answer (:func:`score_candidates`), for every prompt and every count ``k``
+    of ``counts``: (P, K) float64, one prompt pass per batch of ``batch_size`` left-padded prompts
+    (``context(rows, boundary_index)``: a context manager active during each batch's prompt pass, e.g. a
+    patch)."""
     import torch
 
     candidates = candidate_token_ids(tokenizer, counts, template)
+    continuation = number_continuations(tokenizer)
     pad_id = pad_token_id(tokenizer)
     device = model.get_input_embeddings().weight.device
     out = np.zeros((len(prompts), len(counts)), dtype=np.float64)
@@ -359,8 +422,9 @@ def candidate_logprobs(model, tokenizer, prompts, counts: Sequence[int], templat
             ids, mask, index = pad_batch([prompts[i] for i in rows], pad_id, "left", device)
             positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
             with context(rows, index) if context is not None else contextlib.nullcontext():
-                logits, cache = _forward(model, ids, mask, positions, last_only=True)
-            out[rows] = score_candidates(model, logits, cache, mask, positions[:, -1:], candidates)
+                logits, cache = cached_forward(model, ids, mask, positions, last_only=True)
+            out[rows] = score_candidates(model, logits, cache, mask, positions[:, -1:], candidates,
+                                         continuation=continuation)
     return out
 
 
@@ -409,7 +473,8 @@ def normalised_ld(ld: np.ndarray, clean: np.ndarray, corrupt: np.ndarray,
 @dataclass
 class Answers:
     """Per prompt: the greedy text (``answer_text``), its parsed integer or ``None`` (``answer``), and the
-    correct answer's teacher-forced log-probability in nats (``answer_logprob``)."""
+    log-probability in nats of the correct count as the final answer (``answer_logprob``,
+    :func:`score_candidates`)."""
 
     answer_text: list[str]
     answer: list[int | None]
@@ -427,6 +492,7 @@ def answer_prompts(model, tokenizer, prompts, template: str = "chat", batch_size
     prompt pass (``rows``: the batch's indices into ``prompts``; ``boundary_index``: (B,) positions)."""
     pad_id = pad_token_id(tokenizer)
     stop = stop_token_ids(model, tokenizer)
+    continuation = number_continuations(tokenizer)
     device = model.get_input_embeddings().weight.device
     texts: list[str] = [""] * len(prompts)
     logprob = np.zeros(len(prompts))
@@ -436,7 +502,7 @@ def answer_prompts(model, tokenizer, prompts, template: str = "chat", batch_size
         ids, mask, index = pad_batch(group, pad_id, "left", device)
         correct = [answer_token_ids(tokenizer, p.n, template) for p in group]
         out = answer_batch(model, ids, mask, correct, stop, answer_tokens, pad_id,
-                           None if context is None else context(rows, index))
+                           None if context is None else context(rows, index), continuation=continuation)
         for i, text in zip(rows, out.texts(tokenizer), strict=True):
             texts[i] = text
         logprob[rows] = out.logprob
@@ -503,14 +569,15 @@ def answering_runner(loaded: LoadedModel, locations: Sequence[int] | None, batch
 
     With ``candidates`` (counts, :func:`answer_candidates`), also the answer as a distribution over them, from
     the same prompt pass's logits and cache before decoding (:func:`score_candidates`, one call with the
-    correct answer): ``answer_logprobs`` (per row every candidate's log-probability, all its tokens
-    teacher-forced), ``answer_expected`` and ``answer_rank`` (:func:`answer_distribution`)."""
+    correct answer): ``answer_logprobs`` (per row every candidate's log-probability as the final answer),
+    ``answer_expected`` and ``answer_rank`` (:func:`answer_distribution`)."""
     model, tokenizer = loaded.model, loaded.tokenizer
     hooks = BoundaryCapture(model, locations, early_stop=False)
     stop, pad_id = stop_token_ids(model, tokenizer), pad_token_id(tokenizer)
     device = model.get_input_embeddings().weight.device
     counts = None if candidates is None else [int(k) for k in candidates]
     candidate_ids = None if counts is None else candidate_token_ids(tokenizer, counts, template)
+    continuation = number_continuations(tokenizer)
 
     def run(group: list[Prompt]):
         ids, mask, index = pad_batch(group, pad_id, "left", device)
@@ -520,7 +587,8 @@ def answering_runner(loaded: LoadedModel, locations: Sequence[int] | None, batch
             rows, at = gathered_rows(group, index, positions)
             hooks.expect(at, rows)
         out = answer_batch(model, ids, mask, [answer_token_ids(tokenizer, p.n, template) for p in group], stop,
-                           answer_tokens, pad_id, prompt_context=hooks, candidates=candidate_ids)
+                           answer_tokens, pad_id, prompt_context=hooks, candidates=candidate_ids,
+                           continuation=continuation)
         texts = out.texts(tokenizer)
         values = {"answer_text": texts, "answer": [parse_answer(t) for t in texts],
                   "answer_logprob": out.logprob.tolist()}

@@ -41,6 +41,7 @@ from countlens.llm.models.load import (
     load_model,
     load_model_config,
     load_tokenizer,
+    tokenizer_of,
 )
 from countlens.llm.models.pool import ModelPool, model_pool, read_once
 from countlens.llm.models.quiet import quiet_transformers
@@ -60,5 +61,5 @@ __all__ = ["DEFAULT_MODEL", "DEFAULT_GGUF", "DEFAULT_MODEL_ID", "DTYPES", "DEVIC
            "embedded_gguf", "file_sha256", "quiet_transformers", "check_dtype", "check_device", "ModelRef",
            "check_template", "resolve_model", "cached_snapshot", "load_tokenizer", "load_model_config", "load_model",
            "read_once",
-           "default_model_dir", "ModelPool", "model_pool", "ModelSpec"]
+           "default_model_dir", "tokenizer_of", "ModelPool", "model_pool", "ModelSpec"]
 

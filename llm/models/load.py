@@ -7,6 +7,7 @@ GGUF file's are read from its cached conversion (:mod:`countlens.llm.models.cach
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,19 @@ class LoadedModel:
     source: dict[str, Any] = field(default_factory=dict)  # path / gguf sha256 / hub revision
     dtype: str = "float32"
     device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        _TOKENIZERS[self.model] = self.tokenizer
+
+
+# model -> the tokenizer it was loaded with (every LoadedModel, copies included), for the mechanisms that see
+# only the model and need its vocabulary (the final-answer scoring of countlens.llm.answers)
+_TOKENIZERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def tokenizer_of(model) -> Any:
+    """The tokenizer ``model`` was loaded with (a :class:`LoadedModel` made of them), else ``None``."""
+    return _TOKENIZERS.get(model)
 
 
 def check_dtype(dtype: str) -> None:

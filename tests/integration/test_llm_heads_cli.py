@@ -10,6 +10,7 @@ from countlens.core.locations import location_names
 from countlens.llm.heads.experiment import HeadsResult
 from countlens.llm.models import load_model
 from tests.helpers.cli import assert_one_line_error, run_countlens
+from tests.helpers.final_answers import final_from_logp
 from tests.helpers.llm_fixtures import smollm2_tokenizer, tiny_model_dir, tiny_models, write_probes  # noqa: F401
 
 SMALL = ["--L", "8", "--counts", "1:4", "--pairs", "a/b", "--configs", "count", "--seeds", "0", "--quiet"]
@@ -128,10 +129,11 @@ def test_smollm2_masses_equal_output_attentions_and_ablation_equals_the_full_for
                 return (z,)
             handle = proj.register_forward_pre_hook(hook)
             try:
-                with torch.no_grad():
-                    logp = torch.log_softmax(model(input_ids=torch.tensor([p.ids])).logits[0, -1].double(), -1)
+                for k, cand in enumerate(cands[i]):
+                    assert len(cand) == 1  # single-digit counts: one token each
+                    with torch.no_grad():
+                        logp = torch.log_softmax(model(input_ids=torch.tensor([p.ids + cand])).logits[0].double(), -1)
+                    want = final_from_logp(logp, len(p.ids) - 1, cand, model)  # the count as the final answer
+                    assert got[i, 0, h, k] == pytest.approx(want, abs=2e-4)
             finally:
                 handle.remove()
-            for k, cand in enumerate(cands[i]):
-                assert len(cand) == 1  # single-digit counts: one token each
-                assert got[i, 0, h, k] == pytest.approx(float(logp[cand[0]]), abs=2e-4)

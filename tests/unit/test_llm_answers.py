@@ -88,10 +88,7 @@ def test_logprob_equals_direct_computation(tiny_models, settings, arch):  # noqa
     with torch.inference_mode():
         got = answer_prompts(model, tok, prompts, batch_size=8, answer_tokens=1)
         for p, logprob in zip(prompts, got.answer_logprob, strict=True):
-            answer = answer_token_ids(tok, p.n)
-            full = torch.tensor([p.ids + answer])
-            logp = torch.log_softmax(model(full).logits[0].double(), dim=-1)  # (T + k, V)
-            want = sum(float(logp[len(p.ids) - 1 + j, a]) for j, a in enumerate(answer))
+            want = _direct_logprob(model, tok, p.ids, answer_token_ids(tok, p.n))  # the count as the final answer
             assert logprob == pytest.approx(want, abs=1e-4)
     assert np.all(np.asarray(got.answer_logprob) < 0)
 
@@ -168,11 +165,13 @@ def test_a_long_parsed_answer_is_stored_whole(tmp_path):
 
 # ----------------------------------------------------------------------------- the answer as a distribution
 
-def _direct_logprob(model, prompt_ids: list[int], candidate: list[int]) -> float:
-    """Σ log p(candidate token | prompt, earlier candidate tokens): the prompt and the candidate fed whole in
-    one unpadded forward, no cache."""
-    logp = torch.log_softmax(model(input_ids=torch.tensor([prompt_ids + candidate[:-1]])).logits[0].double(), -1)
-    return float(sum(logp[len(prompt_ids) - 1 + j, t] for j, t in enumerate(candidate)))
+def _direct_logprob(model, tok, prompt_ids: list[int], candidate: list[int]) -> float:
+    """log P(candidate as the final answer | prompt): the prompt and the candidate fed whole in one unpadded
+    forward, no cache (:func:`tests.helpers.final_answers.final_logprob`)."""
+    from countlens.llm.answers import number_continuations
+    from tests.helpers.final_answers import final_logprob
+
+    return final_logprob(model, prompt_ids, candidate, number_continuations(tok))
 
 
 def _whole_number_model(folder, out):
@@ -219,7 +218,7 @@ def test_capture_distribution_equals_direct_teacher_forcing(family_model, family
     with torch.inference_mode():
         for row in range(len(ds)):
             prompt = tok(ds[row]["prompt"], add_special_tokens=template == "plain")["input_ids"]
-            want = [_direct_logprob(model, prompt, c) for c in ids]
+            want = [_direct_logprob(model, tok, prompt, c) for c in ids]
             np.testing.assert_allclose(got[row], want, atol=2e-4, rtol=0)
     p = np.exp(got - got.max(axis=1, keepdims=True))
     p /= p.sum(axis=1, keepdims=True)

@@ -29,6 +29,7 @@ from countlens.llm.patching.replay import PositionPatcher
 from countlens.llm.positions.experiment import prompt_pairs
 from countlens.llm.prompts import PromptSettings
 from tests.helpers.cli import assert_one_line_error, run_countlens
+from tests.helpers.final_answers import final_from_logp
 from tests.helpers.llm_fixtures import family_model, smollm2_tokenizer, tiny_models  # noqa: F401
 from tests.helpers.report_checks import ReportParser
 
@@ -45,7 +46,7 @@ def first_pair(loaded, counts=(3,)):
 
 
 def hooked_ld(model, ids, candidates, hooks) -> float:
-    """LD = log p(candidates[0]) − log p(candidates[1]) of the prompt ``ids``, each candidate scored by its own
+    """LD = log P(candidates[0]) − log P(candidates[1]) (final answers) of the prompt ``ids``, each scored by its own
     whole forward (no cache), under plain torch forward hooks ``hooks`` ``[(module, fn(module, args, output))]``
     that touch the prompt's positions only (the candidate tokens' positions are left as they are)."""
     T = len(ids)
@@ -56,7 +57,7 @@ def hooked_ld(model, ids, candidates, hooks) -> float:
             with torch.no_grad():
                 logits = model(input_ids=torch.tensor([list(ids) + list(cand)])).logits[0].double()
             logp = torch.log_softmax(logits, -1)
-            lps.append(float(sum(logp[T - 1 + j, t] for j, t in enumerate(cand))))
+            lps.append(final_from_logp(logp, T - 1, list(cand), model))
     finally:
         for h in handles:
             h.remove()

@@ -19,23 +19,21 @@ from countlens.llm.answers import (
 from countlens.llm.capture.residuals import pad_batch, pad_token_id
 from countlens.llm.models import load_model
 from countlens.llm.prompts import PromptSettings, build_prompts
+from tests.helpers.final_answers import final_logprob
 from tests.helpers.llm_fixtures import family_model, smollm2_tokenizer  # noqa: F401
 
 COUNTS = list(range(0, 23))  # one-digit and two-digit answers, and "1" a prefix of "10".."19"
 
 
-def _direct(model, prompt_ids: list[int], candidate: list[int]) -> float:
-    """Σ log p(candidate token | prompt, earlier candidate tokens) from one unpadded forward, no cache."""
-    ids = torch.tensor([prompt_ids + candidate[:-1]])
-    logp = torch.log_softmax(model(input_ids=ids).logits[0].double(), dim=-1)  # (T, V)
-    start = len(prompt_ids) - 1
-    return float(sum(logp[start + i, t] for i, t in enumerate(candidate)))
+def _direct(model, prompt_ids: list[int], candidate: list[int], tok) -> float:
+    """log P(candidate as the final answer | prompt) from one unpadded forward, no cache."""
+    return final_logprob(model, prompt_ids, candidate, answers.number_continuations(tok))
 
 
 def test_feeds_cover_every_candidate_with_the_fewest_sequences():
     feeds, where = _feeds([[5], [1], [1, 0], [1, 2], [1, 0, 0], [7, 3]])
-    assert feeds == [(1, 0), (7,)]
-    assert where == [-1, -1, 0, 0, 0, 1]  # "10" and "12" read their second token from the feed "1 0"
+    assert feeds == [(1, 0, 0), (1, 2), (5,), (7, 3)]
+    assert where == [2, 0, 0, 1, 0, 3]  # "1" and "10" read their tokens and what follows from the feed "1 0 0"
 
 
 @pytest.mark.parametrize("family", ["llama-3", "gemma-2", "gemma-3", "gpt-2", "gpt-neox", "mistral", "olmo-2",
@@ -50,7 +48,7 @@ def test_scores_from_the_cache_equal_a_direct_computation(family_model, family):
     assert any(len(c) > 1 for c in candidates)  # the test covers multi-token answers
     with torch.inference_mode():
         got = candidate_logprobs(model, tok, prompts, COUNTS, template, batch_size=2)
-        want = np.array([[_direct(model, p.ids, c) for c in candidates] for p in prompts])
+        want = np.array([[_direct(model, p.ids, c, tok) for c in candidates] for p in prompts])
     np.testing.assert_allclose(got, want, atol=2e-4, rtol=0)
     if len(_feeds(candidates)[0]) > 1:  # a row's feeds packed into one sequence under the block mask, except
         # where the prompt and its feeds outgrow a sliding attention window (the tiny Gemma-2's is short)
@@ -68,16 +66,16 @@ def test_models_without_custom_masks_fall_back_to_one_feed_per_sequence(family_m
     assert len(_feeds(candidates)[0]) > 1
     packed = answers._score_packed
 
-    def broken(model, cache, attention_mask, last_pos, rows, out):
+    def broken(model, cache, attention_mask, last_pos, rows, out, ends):
         if failure == "refused":
             raise RuntimeError("this attention implementation takes no 4D mask")
-        packed(model, cache, attention_mask, last_pos, rows, out)
+        packed(model, cache, attention_mask, last_pos, rows, out, ends)
         out[rows[0][0]] += 1.0  # as if every feed had seen the others
     monkeypatch.setattr(answers, "_score_packed", broken)
     answers._PACKS.pop(model, None)
     with torch.inference_mode():
         got = candidate_logprobs(model, tok, prompts, COUNTS, batch_size=2)
-        want = np.array([[_direct(model, p.ids, c) for c in candidates] for p in prompts])
+        want = np.array([[_direct(model, p.ids, c, tok) for c in candidates] for p in prompts])
     assert answers._PACKS[model] is False
     np.testing.assert_allclose(got, want, atol=2e-4, rtol=0)
 
@@ -95,7 +93,7 @@ def test_per_row_candidates_and_the_cache_left_unchanged(family_model):  # noqa:
         before = [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
         rows = [[candidate_token_ids(tok, [p.n])[0], candidate_token_ids(tok, [p.n - 1])[0]] for p in prompts]
         got = score_candidates(model, out.logits[:, -1], cache, mask, positions[:, -1:], rows)
-        want = np.array([[_direct(model, p.ids, c) for c in r] for p, r in zip(prompts, rows, strict=True)])
+        want = np.array([[_direct(model, p.ids, c, tok) for c in r] for p, r in zip(prompts, rows, strict=True)])
     np.testing.assert_allclose(got, want, atol=2e-4, rtol=0)
     for (k, v), layer in zip(before, cache.layers, strict=True):  # the prompt's cache can still be decoded from
         assert torch.equal(k, layer.keys) and torch.equal(v, layer.values)

@@ -19,9 +19,14 @@ import pytest
 import torch
 
 from countlens.core.errors import ConfigError
-from countlens.llm.answers import answer_prompts, candidate_logprobs, candidate_token_ids
+from countlens.llm.answers import (
+    answer_prompts,
+    candidate_logprobs,
+    candidate_token_ids,
+    number_continuations,
+)
 from countlens.llm.capture.residuals import BoundaryCapture, find_blocks, pad_batch
-from countlens.llm.models import load_model
+from countlens.llm.models import load_model, tokenizer_of
 from countlens.llm.patching.edits import (
     BoundaryEdit,
     boundary_edits,
@@ -256,7 +261,9 @@ def hand_patched_logprobs(model, ids_clean, ids_corrupt, location, position, can
                 ids = torch.tensor([list(ids_corrupt) + list(cand)])
                 logp = torch.log_softmax(model(input_ids=ids).logits[0].double(), dim=-1)
                 T = len(ids_corrupt)
-                out.append(float(sum(logp[T - 1 + j, t] for j, t in enumerate(cand))))
+                ends = torch.as_tensor(number_continuations(tokenizer_of(model)))  # the count as the final answer
+                out.append(float(sum(logp[T - 1 + j, t] for j, t in enumerate(cand)))
+                           + float(torch.log1p(-logp[-1].exp()[ends].sum())))
     finally:
         handle.remove()
     return np.array(out)
@@ -294,11 +301,22 @@ def test_cached_equals_naive_at_every_cell_without_skipping(family_runs, name):
     assert runs["cached"].runs == runs["naive"].runs == len(positions) * len(runs["cached"].sites)
 
 
+def last_boundary_ld(model, pair, candidates, corrupt: float) -> float:
+    """The logit difference of two candidates when the boundary's residual at the last location is the clean
+    run's: the clean run's first-token difference, and the rest of each final answer (its later tokens,
+    whether the number ends) as in the corrupted run (``corrupt``: its whole final-answer difference)."""
+    with torch.inference_mode():
+        first = [torch.log_softmax(model(input_ids=torch.tensor([ids])).logits[0, -1].double(), -1)
+                 for ids in (pair.clean.ids, pair.corrupt.ids)]
+    a, b = (c[0] for c in candidates)
+    return float(first[0][a] - first[0][b]) + corrupt - float(first[1][a] - first[1][b])
+
+
 @pytest.mark.parametrize("name", POSITION_FAMILIES)
 def test_exact_cells_of_position_patching(family_runs, name):
     """At the embeddings the flipped item's own position gives the clean run and every other position the
     corrupted one; before the flipped item every location gives the corrupted run; at the last location the
-    boundary gives the clean first token (the whole clean run where both answers are one token) and every
+    boundary gives the clean first token (the rest of each final answer read in the corrupted run) and every
     other position the corrupted run. Checked on the raw logit differences (a tiny random model's gap may be
     too small to normalise) and, without skipping, on every cell that is not run as the corrupted run."""
     loaded, pair, candidates = family_runs[name]
@@ -315,15 +333,14 @@ def test_exact_cells_of_position_patching(family_runs, name):
     assert q > 0  # items lie before the flipped one
     assert np.abs(ld[:, :q] - corrupt).max(initial=0.0) < tol
     assert np.abs(ld[-1, :last] - corrupt).max() < tol
-    if all(len(c) == 1 for c in candidates):
-        assert abs(ld[-1, last] - clean) < tol
-    else:  # " 4" and " 3" share their first token; their later tokens see the corrupted cache
-        assert abs(ld[-1, last] - corrupt) < tol
+    # the boundary at the last location decides the first answer token alone
+    assert abs(ld[-1, last] - last_boundary_ld(loaded.model, pair, candidates, corrupt)) < tol
 
 
 def test_normalised_scores_are_one_and_zero_where_exact(family_model, tmp_path):  # noqa: F811
     """The experiment's normalised scores on a family whose flip moves the logit difference enough (Gemma-2):
-    the brief's exact cells as 1 and 0, skipped cells exactly 0."""
+    the brief's exact cells as 1 and 0, skipped cells exactly 0, the last location's boundary as the share of
+    the clean-vs-corrupt difference its first token carries."""
     config = _config(family_model("gemma-2"), "gemma-2", flip="last", min_gap=1e-3)
     result = run_position_patching(config)
     [p] = result.pairs
@@ -332,7 +349,16 @@ def test_normalised_scores_are_one_and_zero_where_exact(family_model, tmp_path):
     q, last = p.positions.index(p.flipped_position), len(p.positions) - 1
     assert score[0, q] == pytest.approx(1, abs=1e-3) and np.all(np.delete(score[0], q) == 0)
     assert np.all(score[:, :q] == 0)  # before the flip: the corrupted run itself, not run
-    assert score[-1, last] == pytest.approx(1, abs=1e-3) and np.abs(score[-1, :last]).max() < 1e-3
+    # the boundary at the last location: the clean first token, the rest of each final answer as corrupted
+    pair = plan_position_patching(config).pairs[0]
+    loaded = load_model(str(family_model("gemma-2")), progress=False)
+    a, b = (c[0] for c in candidate_token_ids(loaded.tokenizer, [4, 3], config.prompts.template))
+    with torch.inference_mode():
+        first = [torch.log_softmax(loaded.model(input_ids=torch.tensor([ids])).logits[0, -1].double(), -1)
+                 for ids in (pair.clean.ids, pair.corrupt.ids)]
+    moved = float((first[0][a] - first[0][b]) - (first[1][a] - first[1][b]))
+    assert score[-1, last] == pytest.approx(moved / (p.ld_clean - p.ld_corrupt), abs=1e-3)
+    assert np.abs(score[-1, :last]).max() < 1e-3
     assert result.runs < result.cells
     assert result.summary[0]["flipped"] == pytest.approx(1, abs=1e-3) and result.summary[0]["before"] == 0
     back = PositionPatchingResult.read(result.save(tmp_path)[0])
@@ -411,18 +437,31 @@ def test_bad_position_patching_configs_name_their_field(tiny_models, options, fi
 
 def test_boundary_patching_scores_the_answer_distribution(tiny_models, tmp_path):  # noqa: F811
     """Figure 9a's teacher-forced scores: at the last location the patched boundary is the source's, so every
-    one-token candidate's log-probability, the normalised logit difference (1) and the expected count are the
-    source run's; the result round-trips and the old columns stay."""
+    one-token candidate's first token is scored as in the source run, and whether the number ends after it as
+    in the target run (computed here by plain forwards); the result round-trips and the old columns stay."""
+    from countlens.llm.answers import answer_distribution
+    from countlens.llm.patching.experiment import plan_patching
+
     config = PatchingConfig(answer_tokens=2, min_gap=1e-4).with_options(
         L=12, sources=[9, 2], targets=[2, 9], pairs=[["a", "b"]], model=str(tiny_models["llama"]))
     result = run_patching(config)
     assert result.candidates == list(range(2, 10))
+    plan = plan_patching(config)
+    loaded = load_model(str(tiny_models["llama"]), progress=False)
+    tok = loaded.tokenizer
+    cands = candidate_token_ids(tok, result.candidates)
+    assert all(len(c) == 1 for c in cands)
     last = [r for r in result.rows if r["location_index"] == 2]
-    for r in last:
-        assert r["ld_patched"] == pytest.approx(r["ld_source"], abs=1e-4)
-        assert r["expected_patched"] == pytest.approx(r["expected_source"], abs=1e-4)
-        if r["normalised_ld"] is not None:
-            assert r["normalised_ld"] == pytest.approx(1, abs=1e-2)
+    for r, (src, tgt) in zip(last, plan.pairs, strict=True):
+        with torch.inference_mode():
+            first = [torch.log_softmax(loaded.model(input_ids=torch.tensor([p.ids])).logits[0, -1].double(), -1)
+                     for p in (src, tgt)]
+            final_t = candidate_logprobs(loaded.model, tok, [tgt], result.candidates)[0]
+        want = np.array([float(first[0][c[0]]) + final_t[k] - float(first[1][c[0]]) for k, c in enumerate(cands)])
+        at = {k: i for i, k in enumerate(result.candidates)}
+        assert r["ld_patched"] == pytest.approx(want[at[src.n]] - want[at[tgt.n]], abs=1e-4)
+        assert r["expected_patched"] == pytest.approx(
+            answer_distribution(want[None], result.candidates).expected[0], abs=1e-4)
     for r in result.rows:
         assert {"moved_to_source", "shift", "logprob_change", "clean_answer"} - set(r) == {"moved_to_source"}
         assert r["expected_shift"] == pytest.approx(r["expected_patched"] - r["expected_target"])
@@ -475,7 +514,8 @@ def test_position_patching_on_the_embedded_smollm2():
     q = positions.index(pair.flipped_position)
     assert q > 0 and np.abs(ld["cached"][:, :q] - corrupt).max() < 2e-4
     assert abs(ld["cached"][0, q] - clean) < 2e-4 and np.abs(np.delete(ld["cached"][0], q) - corrupt).max() < 2e-4
-    assert abs(ld["cached"][2, -1] - clean) < 2e-4 and np.abs(ld["cached"][2, :-1] - corrupt).max() < 2e-4
+    assert abs(ld["cached"][2, -1] - last_boundary_ld(loaded.model, pair, candidates, corrupt)) < 2e-4
+    assert np.abs(ld["cached"][2, :-1] - corrupt).max() < 2e-4
 
 
 # ------------------------------------------------------------------------------ the one patch mechanism
@@ -486,11 +526,11 @@ def test_position_patching_on_the_embedded_smollm2():
 
 def _unpatched(model, ids, candidates):
     """(logits (1, V), candidate log-probabilities (K,)) of one plain forward of ``ids`` (no hook anywhere)."""
-    from countlens.llm.answers import _forward, score_candidates
+    from countlens.llm.answers import cached_forward, score_candidates
 
     ids = torch.tensor([list(ids)])
     T = ids.shape[1]
-    logits, cache = _forward(model, ids, torch.ones_like(ids), torch.arange(T)[None], last_only=True)
+    logits, cache = cached_forward(model, ids, torch.ones_like(ids), torch.arange(T)[None], last_only=True)
     return logits, score_candidates(model, logits, cache, torch.ones_like(ids), torch.full((1, 1), T - 1),
                                     candidates)[0]
 
