@@ -14,7 +14,9 @@ from countlens.toy.budget import (
     TABLE3_PAPER,
     TABLE3_VARIANTS,
     b_min,
+    b_min_construction,
     fit_rates,
+    fit_slope,
     l_cap,
     l_max,
 )
@@ -55,7 +57,15 @@ from countlens.toy.experiments import (
     run_table3,
 )
 from countlens.toy.experiments.construct import COMPARE_CONSTRUCTIONS
-from countlens.toy.model import VARIANTS, ParamsFile, ToyConfig, ToyParams, read_params
+from countlens.toy.model import (
+    VARIANTS,
+    ParamsFile,
+    ToyConfig,
+    ToyParams,
+    boundary_representation,
+    read_params,
+    winning_gap,
+)
 from countlens.toy.train import TrainConfig, TrainResult, train
 
 __all__ = [
@@ -70,7 +80,7 @@ __all__ = [
     "Figure4Result",
     "run_figure3", "run_figure4", "plot_figure1", "plot_figure2", "plot_figure3", "plot_figure4",
     "draw_figure1", "draw_figure2", "draw_figure3", "draw_figure4", "export_toy_activations",
-    "COMPARE_CONSTRUCTIONS",
+    "COMPARE_CONSTRUCTIONS", "boundary_representation", "b_min_construction", "fit_slope", "winning_gap",
 ]
 _FIGURES = ("plot_figure1", "plot_figure2", "plot_figure3", "plot_figure4", "draw_figure1", "draw_figure2",
             "draw_figure3", "draw_figure4")

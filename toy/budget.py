@@ -91,13 +91,17 @@ def b_min(variant: str, L: int, d: int, tau: float | None = None) -> float:
     return math.inf if c is None else c.max_norm
 
 
-def fit_slope(L: list[int] | np.ndarray, b: list[float] | np.ndarray) -> float | None:
-    """Least-squares slope of ``log b`` against ``log L`` over the finite entries (None if < 2)."""
-    L, b = np.asarray(L, dtype=float), np.asarray(b, dtype=float)
-    keep = np.isfinite(b) & (b > 0)
-    if keep.sum() < 2:
+def fit_slope(L: list[int] | np.ndarray, values: list[float | None] | np.ndarray) -> float | None:
+    """The log-log rate: least-squares slope of ``log values`` against ``log L`` over the entries whose value
+    is finite and positive (``None``, ``inf``, ``nan`` and ``<= 0`` are left out); ``None`` where fewer than
+    two entries, or entries at only one ``L``, are left. The one log-log slope of the project: the toy's rate
+    fits (Table 1) and the organisms' (:mod:`countlens.llm.organisms.scaling`) both call it."""
+    L = np.asarray(L, dtype=np.float64)
+    values = np.asarray([np.nan if v is None else v for v in values], dtype=np.float64)
+    keep = np.isfinite(values) & (values > 0)
+    if keep.sum() < 2 or len(np.unique(L[keep])) < 2:
         return None
-    return float(np.polyfit(np.log(L[keep]), np.log(b[keep]), 1)[0])
+    return float(np.polyfit(np.log(L[keep]), np.log(values[keep]), 1)[0])
 
 
 @dataclass

@@ -13,20 +13,32 @@
   left is the candidates' log-softmax, which countlens takes in float32 of (now equal) logits;
 - ``dead heads alike``: every zeroed head's ablation gives bit-identical LD changes (one distinct mean and
   std among them), so any rounding is the measurement's, not any head's;
-- ``item-reading head ablated``: the item-reading head — of the live heads that attend from the boundary to
-  the targets beyond their share (Figure 12's target excess), the earliest block's with the most attention to
-  them (``boundary_target_mean``; :func:`item_reading_head`) — removed (its slice of the output
-  projection zeroed, so it writes nothing at any position) leaves countlens's greedy answers right on at most
-  :data:`CHANCE_FACTOR` times chance (``1 / (L + 1)``: one prompt per count, pair and wording). Why that bound:
-  with the only head that reads the items removed, nothing that depends on which items are targets reaches
-  the boundary (the other live heads read what it wrote; MLPs are position-wise), so every prompt of a
-  wording and pair gets one answer and exactly ``1 / (L + 1)`` of them are right, where the organism's clean
-  answers are right on >= 0.99; twice chance leaves room for a trace of the count that a second live head
-  reads from the tokens themselves. The detail also gives Figure 12's own ablation (the head's boundary
-  output replaced by its mean, :func:`countlens.llm.heads.attention.ablated_scores`): the fraction of prompts
-  whose answer distribution over whole answers (answer tokens and end-of-turn) still ranks the right count
-  first. It is no check: at the boundary alone the ablation can be undone by a later live head reading what
-  the removed one wrote at other positions (on the quick organism, head 1.3 reading 0.1's writes: 0.35);
+- ``item-reading head ablated``: every live head of the item-reading block — the block of the item-reading
+  head, which of the live heads that attend from the boundary to the targets beyond their share (Figure 12's
+  target excess) is the earliest block's with the most attention to them (``boundary_target_mean``;
+  :func:`item_reading_head`, :func:`item_reading_block`) — removed together (their slices of the output
+  projection zeroed, so they write nothing at any position) leaves countlens's greedy answers right on at most
+  :data:`CHANCE_FACTOR` times chance (``1 / (L + 1)``: one prompt per count, pair and wording). Every live
+  head of the block, not the one head: two live heads of one block may share the reading (an organism with
+  live heads 1.0 and 1.2 only, ``organism train --L 20 --live-heads 1.0,1.2 --max-steps 1500``: 1.0 removed
+  alone leaves 0.19 of the answers right, 1.2 alone 0.28, both 0.0, against chance 0.048 and a bound of
+  0.095), and which of them reads what is learned, not planted. What the construction
+  guarantees: where the block holds every live head of the organism (one live block: the test preset's
+  organism, an organism planted in one late block, two heads sharing a block, an attention-only one), no
+  head writes once they are removed, so every position's residual is a function of its own token (MLPs are
+  position-wise, Llama's positions enter only attention), the boundary and every answer position read the
+  same tokens in every prompt, and every prompt gets the same answer: exactly one count in ``L + 1`` is right
+  (or none), at or below chance, whatever the organism learned — so the check fails only where countlens
+  names another block than the one holding the live heads, or its greedy answers are not the model's. Where
+  live heads of other blocks remain (the quick organism's 0.1 and 1.3: block 0 removed, 1.3 left), they
+  could read the items themselves, and the bound holds the organism's learned circuit — that the later heads
+  read what the item-reading block wrote (quick organism: 0.032) — not the construction; the detail names
+  the heads left. Twice chance leaves room for a trace of the count that such a head reads from the tokens.
+  The detail also gives Figure 12's own ablation of each head (its boundary output replaced by its mean,
+  :func:`countlens.llm.heads.attention.ablated_scores`): the fraction of prompts whose answer distribution
+  over whole answers (answer tokens and end-of-turn) still ranks the right count first. It is no check: at
+  the boundary alone the ablation can be undone by a later live head reading what the removed one wrote at
+  other positions (on the quick organism, head 1.3 reading 0.1's writes: 0.35);
 - ``DLA dead heads`` / ``DLA live heads first``: direct logit attribution (Figure 14,
   :func:`countlens.llm.components.experiment.run_components`) on n against n − 1 gives a zeroed head a direct
   share of zero (float32 rounding aside: at most :data:`ZERO` of the largest |total|), and ranks the live
@@ -36,6 +48,20 @@
   token the patched answer's first token on at least :data:`PATCHED` of pairs. Only the first token: the last
   location feeds only the boundary's unembedding, and the later answer tokens are decoded at later positions
   that read the (unpatched) prompt, so a two-digit answer's later digits follow the target's items;
+- ``interchange after the live heads``: the same run (:func:`patching_checks`) at the location after the
+  last block holding a live head, ``b1 + 1``: the patched answer's first token is the source prompt's own
+  greedy first token on every pair (:data:`INTERCHANGED`). This is the construction's steering guarantee, the
+  bound that replaces the linear steering slope's: at every location after ``b1`` no head moves anything (the
+  live heads are all at or before ``b1``, every other head's output projection is zero, MLPs and norms are
+  position-wise), so the boundary's residual at ``b1 + 1`` is all that its remaining computation reads, and
+  replacing it with the source prompt's makes the boundary's next-token distribution the source run's
+  exactly (float rounding of another batch shape aside, ~1e-7 of a logit gap): an interchange inside the
+  learned representation, which holds whatever the organism learned, and whatever direction the count takes
+  there. Greedy, first token only, for the reason above; the detail also gives the fraction whose first
+  token is the source *count*'s (the organism's accuracy on the sources). It fails where countlens patches
+  another location or position than it names, or where ``b1`` is not the last block that moves anything
+  (live heads claimed in earlier blocks than the planted ones: then the heads of a later block read the
+  target's items after the patch);
 - ``position patching: flipped item before`` / ``boundary before`` / ``boundary after``: Figure 11
   (:func:`countlens.llm.positions.experiment.run_position_patching`, the last target flipped, the items and
   the boundary patched at every location, counts whose answers ``n`` and ``n − 1`` are one token each: a later
@@ -51,16 +77,18 @@
   run (``>=`` :data:`KEPT`). So the flipped item's effect sits at the item before the live heads' layers and
   at the boundary after them; between ``b0`` and ``b1`` the construction does not say where, and no check
   is made. Both bounds leave float32 rounding (a patched run replays the corrupted one) a margin of 1e-2;
-- ``steering slope``: count-unit steering (Figure 9b, :func:`countlens.llm.steering.experiment.run_steering`,
-  ``units = count``) along the mean-difference direction, at the location after the item-reading head's
-  block (where the probe reads the count), moves the expected count ``Σ k p(k)`` by a least-squares slope
-  within :data:`SLOPE` per unit Δ, over counts and steps that keep ``n + Δ`` inside the counts the organism
-  saw. The counts are those written as one answer token (SmolLM2's tokenizer: 0..9), captured for the
-  check: over every count the candidates are not prefix-free (``"1"`` teacher-forced without end-of-turn
-  takes the mass of ``"12"``), and the expected count would not be one. A step of one unit is as long as one
-  more item moves the boundary on average, so a model that reads the count linearly along that direction
-  moves one count per unit; the band allows the mean-difference direction to be only partly the one the
-  read-out uses, and the expected count's pull towards the middle of the counts;
+- ``steering slope`` (reported, no bound; ``holds`` ``info``): count-unit steering (Figure 9b,
+  :func:`countlens.llm.steering.experiment.run_steering`, ``units = count``) along the mean-difference
+  direction, at the location after the item-reading head's block (where the probe reads the count): the
+  least-squares slope of the expected count ``Σ k p(k)`` per unit Δ, over counts and steps that keep
+  ``n + Δ`` inside the counts the organism saw, those written as one answer token (SmolLM2's tokenizer:
+  0..9). Not a check: the construction does not make the count linearly steerable. A step of one unit is as
+  long as one more item moves the boundary on average, but nothing planted says that moving along the
+  centroids' mean difference moves the read-out: the count may sit on a curve, in the norm the final RMSNorm
+  divides out, or along directions the mean difference misses. Organisms planted with live heads 1.0 and
+  1.2 only, which answer every held-out prompt right, gave slopes of -0.002 (a least-squares count direction
+  added there by hand: 0.011 per unit) and 0.30 after block 1 in two trainings, the quick organism 0.78. The
+  bound the construction does give is the exact interchange above;
 - ``AtP dead heads`` / ``AtP live heads first``: attribution patching (Figure 15,
   :func:`countlens.llm.attribution.experiment.run_attribution`) estimates zero for every zeroed head (the
   gradient through a zero slice of the output projection is exactly zero; at most :data:`DEAD` nats), and
@@ -100,19 +128,21 @@ from countlens.llm.organisms.verdicts import (  # noqa: F401 - re-exported
     ACCURACY,
     CHANCE_FACTOR,
     DEAD,
+    INFO,
+    INTERCHANGED,
     KEPT,
     LEAK,
     PATCHED,
     PROBED,
-    SLOPE,
     ZERO,
     ablation_verdict,
     attribution_verdicts,
     check_row,
+    interchange_verdict,
     live_blocks,
     position_verdicts,
+    steering_row,
     steering_slope,
-    steering_verdict,
 )
 
 PROBE_ROWS = 240  # prompts captured for the probe checks (at least)
@@ -133,7 +163,8 @@ class OrganismChecksConfig(ExperimentConfig):
 @dataclass
 class OrganismChecks(Result):
     """The ground-truth checks of one organism: per check its ``name``, the measured ``value``, the
-    ``bound`` it is held to, how (``holds``: ``>=``, ``<=`` or ``==``), ``passed`` and a ``detail`` line."""
+    ``bound`` it is held to, how (``holds``: ``>=``, ``<=``, ``<``, ``==`` or ``in``), ``passed`` and a ``detail``
+    line; a read-out reported with no bound has ``holds`` ``info`` and ``bound`` and ``passed`` None."""
 
     FILE: ClassVar[str] = "checks.json"
     CSV: ClassVar[str] = "checks.csv"
@@ -149,7 +180,8 @@ class OrganismChecks(Result):
     kept: list[dict[str, str]] = field(default_factory=list)
 
     def failed(self) -> list[dict[str, Any]]:
-        return [c for c in self.checks if not c["passed"]]
+        """The checks that failed (a row reported with no bound, ``holds`` = ``info``, never fails)."""
+        return [c for c in self.checks if c["passed"] is False]
 
 
 def spread_pairs(L: int, k: int = 6) -> tuple[list[int], list[int]]:
@@ -248,11 +280,26 @@ def item_reading_head(result, live_heads) -> tuple[int, int]:
     return max(heads, key=lambda h: result.head(*h)["boundary_target_mean"])
 
 
-def removed_accuracy(organism, loaded, seeds: list[int], head: tuple[int, int]) -> tuple[float, int]:
-    """Greedy accuracy (:func:`countlens.llm.answers.answer_prompts`) of a copy of the organism whose ``head``
-    (block, head) has its slice of the attention output projection zeroed, on one prompt per count, pair and
-    wording of the first of ``seeds``; and the number of prompts."""
+def item_reading_block(result, live_heads) -> list[tuple[int, int]]:
+    """Every live head (block, head) of the item-reading head's block (:func:`item_reading_head` of the Figure
+    12 ``result``), sorted: the heads the ``item-reading head ablated`` check removes together."""
+    block = item_reading_head(result, live_heads)[0]
+    return sorted(tuple(map(int, h)) for h in live_heads if int(h[0]) == block)
+
+
+def _heads_list(heads) -> list[tuple[int, int]]:
+    """``heads`` as a list of (block, head): one (block, head) pair or a sequence of them."""
+    heads = list(heads)
+    return [tuple(map(int, heads))] if heads and np.isscalar(heads[0]) else [tuple(map(int, h)) for h in heads]
+
+
+def removed_accuracy(organism, loaded, seeds: list[int], heads) -> tuple[float, int]:
+    """Greedy accuracy (:func:`countlens.llm.answers.answer_prompts`) of a copy of the organism whose ``heads``
+    (one (block, head) or a list of them, removed together) have their slices of the attention output
+    projection zeroed, on one prompt per count, pair and wording of the first of ``seeds``; and the number of
+    prompts."""
     import copy
+    import dataclasses
 
     import torch
 
@@ -265,19 +312,21 @@ def removed_accuracy(organism, loaded, seeds: list[int], head: tuple[int, int]) 
     prompts = build_prompts(loaded.tokenizer, PromptSettings(L=L, counts=list(range(L + 1)), per_count=1,
                                                              pairs=config["pairs"], configs=config["configs"],
                                                              seeds=seeds[:1]))
-    model = copy.deepcopy(loaded.model)
+    copied = dataclasses.replace(loaded, model=copy.deepcopy(loaded.model))  # a LoadedModel: its tokenizer known
     with torch.inference_mode():
-        model.model.layers[head[0]].self_attn.o_proj.weight[:, head_columns(head[1], organism.head_dim)] = 0.0
-        answers = answer_prompts(model, loaded.tokenizer, prompts, batch_size=32)
+        for block, head in _heads_list(heads):
+            copied.model.model.layers[block].self_attn.o_proj.weight[:, head_columns(head, organism.head_dim)] = 0.0
+        answers = answer_prompts(copied.model, copied.tokenizer, prompts, batch_size=32)
     return float(answers.accuracy([p.n for p in prompts])), len(prompts)
 
 
-def ablated_ranking(organism, loaded, seeds: list[int], head: tuple[int, int], batch_size: int = 8
-                    ) -> tuple[float, float, int]:
+def ablated_ranking(organism, loaded, seeds: list[int], heads, batch_size: int = 8
+                    ) -> tuple[float, list[float], int]:
     """(clean, ablated) fraction of prompts whose answer distribution over every count ``0..L`` (all answer
-    tokens and the end-of-turn token teacher-forced) ranks the right count first, the ablated one with ``head`` (block, head) replaced at
-    the boundary by its mean over the prompts (Figure 12's ablation); and the number of prompts: one per count
-    and pair, one wording, the first of ``seeds``."""
+    tokens and the end-of-turn token teacher-forced) ranks the right count first, the ablated one per head of
+    ``heads`` (one (block, head) or a list of them, all of one block; each ablated alone) with the head
+    replaced at the boundary by its mean over the prompts (Figure 12's ablation), in the order of ``heads``;
+    and the number of prompts: one per count and pair, one wording, the first of ``seeds``."""
     import torch
 
     from countlens.llm.answers import candidate_token_ids
@@ -287,6 +336,9 @@ def ablated_ranking(organism, loaded, seeds: list[int], head: tuple[int, int], b
     from countlens.llm.hooks import attention_output_site, hook_sites
     from countlens.llm.prompts import PromptSettings, build_prompts
 
+    heads = _heads_list(heads)
+    if len({b for b, _ in heads}) != 1:
+        raise ValueError(f"ablated_ranking takes heads of one block, got {heads}")
     config = organism.config
     L = int(config["L"])
     settings = PromptSettings(L=L, counts=list(range(L + 1)), per_count=1, pairs=config["pairs"],
@@ -303,21 +355,22 @@ def ablated_ranking(organism, loaded, seeds: list[int], head: tuple[int, int], b
     with torch.inference_mode():
         _, means = head_masses(model, prompts, prompt_roles(prompts, settings), site, pad, batch_size)
         clean, _ = boundary_scores(model, prompts, candidates, pad, batch_size)  # (P, K)
-        sites = hook_sites([head[0]], organism.n_layers, site)
+        sites = hook_sites([heads[0][0]], organism.n_layers, site)
         ablated, _ = ablated_scores(model, prompts, candidates, sites, means, organism.n_heads, pad, batch_size,
-                                    heads=[head[1]])
+                                    heads=[h for _, h in heads])
     right_clean = float(np.mean(clean.argmax(-1) == n))
-    right_ablated = float(np.mean(ablated[:, 0, 0].argmax(-1) == n))  # (P, 1, 1, K) -> the head's (P, K)
+    right_ablated = [float(np.mean(ablated[:, 0, j].argmax(-1) == n)) for j in range(len(heads))]  # (P, 1, H, K)
     return right_clean, right_ablated, len(prompts)
 
 
 def item_ablation_check(organism, loaded, seeds: list[int], heads) -> dict[str, Any]:
-    """``item-reading head ablated``: :func:`removed_accuracy` (and, reported, :func:`ablated_ranking`) of the
-    item-reading head of the Figure 12 run ``heads`` (:func:`item_reading_head`)."""
-    head = item_reading_head(heads, organism.live_heads)
-    removed, prompts = removed_accuracy(organism, loaded, seeds, head)
-    _, boundary, _ = ablated_ranking(organism, loaded, seeds, head)
-    return ablation_verdict(removed, boundary, int(organism.config["L"]), head, prompts)
+    """``item-reading head ablated``: :func:`removed_accuracy` of every live head of the item-reading block of
+    the Figure 12 run ``heads`` (:func:`item_reading_block`), removed together (and, reported,
+    :func:`ablated_ranking` of each)."""
+    block = item_reading_block(heads, organism.live_heads)
+    removed, prompts = removed_accuracy(organism, loaded, seeds, block)
+    _, boundary, _ = ablated_ranking(organism, loaded, seeds, block)
+    return ablation_verdict(removed, boundary, int(organism.config["L"]), block, prompts, organism.live_heads)
 
 
 def components_checks(model: ModelSpec, organism, loaded, seeds: list[int], kept: Kept | None = None
@@ -353,22 +406,46 @@ def components_checks(model: ModelSpec, organism, loaded, seeds: list[int], kept
     return out
 
 
-def patching_check(model: ModelSpec, organism, loaded, seeds: list[int], tokenizer, kept: Kept | None = None
-                   ) -> dict[str, Any]:
-    """``boundary patching``: the source's first answer token after patching the last location."""
+def first_token(tokenizer, text: str) -> list[int]:
+    """The first token of ``text`` as the tokenizer writes it (empty for an empty text)."""
+    return tokenizer(text, add_special_tokens=False)["input_ids"][:1]
+
+
+def patching_checks(model: ModelSpec, organism, loaded, seeds: list[int], tokenizer, kept: Kept | None = None
+                    ) -> list[dict[str, Any]]:
+    """``boundary patching`` and ``interchange after the live heads`` from one run of Figure 9a (kept as
+    ``patching``) on the pairs of :func:`spread_pairs` (each source count is also a target, so each source
+    prompt's own greedy answer is in the run), every pair, wording and seed, at the last location and at the
+    location after the last block holding a live head (one location where they are the same):
+    ``boundary patching``, the source count's first answer token as the patched answer's first token at the
+    last location (``>=`` :data:`PATCHED`); ``interchange after the live heads`` (:func:`interchange_verdict`),
+    the source prompt's own greedy first token as the patched one after the last live block (on every pair)."""
+    from countlens.core.locations import location_names
     from countlens.llm.answers import answer_token_ids
     from countlens.llm.patching.experiment import PatchingConfig, run_patching
 
     config = organism.config
     sources, targets = spread_pairs(int(config["L"]))
-    patching = PatchingConfig(model=model, locations="-1").with_options(
+    after = live_blocks(organism.live_heads)[1] + 1  # the residual after the last block with a live head
+    last = int(organism.n_layers)
+    locations = ",".join(map(str, sorted({after, last})))
+    patching = PatchingConfig(model=model, locations=locations).with_options(
         L=int(config["L"]), sources=sources, targets=targets, pairs=config["pairs"], configs=config["configs"],
         seeds=seeds)
     result = (kept or Kept()).result("patching", patching, lambda: run_patching(patching, loaded=loaded))
-    first = [tokenizer(r["patched_answer_text"], add_special_tokens=False)["input_ids"][:1]
-             == answer_token_ids(tokenizer, r["n_source"])[:1] for r in result.rows]
-    return check_row("boundary patching", float(np.mean(first)), PATCHED, ">=",
-                  f"patched first answer token = the source count's, {len(first)} pairs at the last location")
+    at_last = [r for r in result.rows if int(r["location_index"]) == last]
+    first = [first_token(tokenizer, r["patched_answer_text"]) == answer_token_ids(tokenizer, r["n_source"])[:1]
+             for r in at_last]
+    # each prompt's own clean greedy answer: (seed, wording, pair, count) names one prompt of the pairs' set
+    own = {(r["seed"], r["config"], r["pair"], r["n_target"]): r["clean_answer_text"] for r in result.rows}
+    at_after = [r for r in result.rows if int(r["location_index"]) == after]
+    agree = [first_token(tokenizer, r["patched_answer_text"])
+             == first_token(tokenizer, own[(r["seed"], r["config"], r["pair"], r["n_source"])]) for r in at_after]
+    counted = [first_token(tokenizer, r["patched_answer_text"]) == answer_token_ids(tokenizer, r["n_source"])[:1]
+               for r in at_after]
+    return [check_row("boundary patching", float(np.mean(first)), PATCHED, ">=",
+                      f"patched first answer token = the source count's, {len(first)} pairs at the last location"),
+            interchange_verdict(agree, counted, location_names(last)[after], organism.live_heads)]
 
 
 def one_token_counts(tokenizer, L: int, template: str = "chat") -> list[int]:
@@ -436,7 +513,7 @@ def steering_window(L: int) -> tuple[list[float], list[int]]:
 
 def steering_check(model: ModelSpec, organism, loaded, seeds: list[int], item_block: int, kept: Kept
                    ) -> dict[str, Any]:
-    """``steering slope`` from one run of Figure 9b (:func:`steering_verdict`) on a capture (``kept``'s
+    """``steering slope``, reported with no bound (:func:`steering_row`), from one run of Figure 9b on a capture (``kept``'s
     ``capture-steering``; the result kept as ``steering``) of
     the counts the organism saw that are one answer token (:func:`one_token_counts`: the expected count is
     then over a distribution of whole answers), every pair and wording, two held-out seeds; steered at the
@@ -458,7 +535,7 @@ def steering_check(model: ModelSpec, organism, loaded, seeds: list[int], item_bl
     location = location_names(organism.n_layers)[int(item_block) + 1]
     steering = SteeringConfig(acts=str(acts), location=location, directions=["mean-diff"], units="count",
                               deltas=deltas, counts=steered, max_prompts=8)
-    return steering_verdict(kept.result("steering", steering, lambda: run_steering(steering, loaded=loaded)))
+    return steering_row(kept.result("steering", steering, lambda: run_steering(steering, loaded=loaded)))
 
 
 def probe_capture(model: ModelSpec, organism, loaded, kept: Kept) -> tuple[Path, int]:
@@ -548,7 +625,7 @@ def check_organism(folder: str | Path, keep: str | Path | None = None, progress:
         checks = [answers_check(loaded, organism), *heads_checks(model, organism, loaded, seeds, heads),
                   item_ablation_check(organism, loaded, seeds, heads),
                   *components_checks(model, organism, loaded, seeds, kept),
-                  patching_check(model, organism, loaded, seeds, loaded.tokenizer, kept),
+                  *patching_checks(model, organism, loaded, seeds, loaded.tokenizer, kept),
                   *position_checks(model, organism, loaded, seeds, item[0], kept),
                   *attribution_checks(model, organism, loaded, seeds, kept),
                   *probed,
@@ -568,8 +645,10 @@ def run_checks(config: OrganismChecksConfig, *, progress: bool = False, keep: st
 
 
 def checks_text(result: OrganismChecks) -> list[str]:
-    """One line per check: PASS/FAIL, its name, value and bound."""
-    return [f"{'PASS' if c['passed'] else 'FAIL'} {c['name']}: {c['value']} (must be {c['holds']} {c['bound']}; "
+    """One line per check: PASS/FAIL, its name, value and bound; INFO and no bound for a read-out reported
+    with none."""
+    return [f"INFO {c['name']}: {c['value']} (no bound; {c['detail']})" if c["holds"] == INFO else
+            f"{'PASS' if c['passed'] else 'FAIL'} {c['name']}: {c['value']} (must be {c['holds']} {c['bound']}; "
             f"{c['detail']})" for c in result.checks]
 
 
@@ -584,10 +663,11 @@ declare(Experiment(
     presets={p: OrganismChecksConfig for p in ("quick", "full", "test")}))
 
 
-__all__ = ["attribution_verdicts", "attribution_checks", "OrganismChecksConfig", "run_checks", "ACCURACY", "ZERO", "DEAD", "CHANCE_FACTOR", "KEPT", "LEAK", "SLOPE",
-           "PATCHED", "PROBED", "OrganismChecks", "spread_pairs", "answers_check", "exact_copy", "heads_run",
-           "heads_checks", "item_reading_head", "ablation_verdict", "removed_accuracy", "ablated_ranking", "item_ablation_check",
-           "components_checks", "patching_check", "live_blocks", "position_verdicts", "position_checks",
-           "one_token_counts", "steering_slope", "steering_verdict", "steering_window", "steering_check", "probe_checks",
-           "check_organism", "checks_text", "KEPT_FILE", "declared", "Kept", "probe_capture", "running_count_run",
-           "lens_run", "organism_stamp"]
+__all__ = ["attribution_verdicts", "attribution_checks", "OrganismChecksConfig", "run_checks", "ACCURACY", "ZERO",
+           "DEAD", "CHANCE_FACTOR", "KEPT", "LEAK", "INFO", "INTERCHANGED", "PATCHED", "PROBED", "OrganismChecks",
+           "spread_pairs", "answers_check", "exact_copy", "heads_run", "heads_checks", "item_reading_head",
+           "item_reading_block", "ablation_verdict", "removed_accuracy", "ablated_ranking", "item_ablation_check",
+           "components_checks", "first_token", "patching_checks", "interchange_verdict", "live_blocks",
+           "position_verdicts", "position_checks", "one_token_counts", "steering_slope", "steering_row",
+           "steering_window", "steering_check", "probe_checks", "check_organism", "checks_text", "KEPT_FILE",
+           "declared", "Kept", "probe_capture", "running_count_run", "lens_run", "organism_stamp"]

@@ -20,8 +20,13 @@ and 10..19) would have to win at both ends of the counts 2..9 that must write ``
 cannot do (the quick organisms of the first version reached 0.21 to 0.96 of the held-out prompts). The norm
 placement Llama imposes — RMSNorm with a learned gain and no bias
 before attention and before the unembedding (pre-norm) — is the toy's ``softmax-preln-learned`` variant
-(:data:`TOY_VARIANT`): the toy column is that variant's ``B_min(L)`` at the organism's width
-(:func:`countlens.toy.b_min`), beside the paper's claimed rate (:data:`countlens.toy.CLAIMED`).
+(:data:`TOY_VARIANT`), at the organism's width, with each of the toy's two read-outs (:func:`toy_rows`): the
+paper's *regression* read-out (``toy``: ``B_min(L)``, :func:`countlens.toy.b_min`, beside the paper's claimed
+rate, :data:`countlens.toy.CLAIMED`) and its *classification* read-out of ``L + 1`` classes
+(``toy-classification``: :func:`countlens.toy.classification.classifier_construction`, every vector <= 1 at
+every ``L``, its cost moved into a winning score gap that shrinks with ``L``, Figure 2c). The organisms answer
+with one token of ``L + 1``: a classifier, so the classification row is the like-for-like one, and the
+regression row is the rate the paper states.
 
 **Per organism**, on a capture of its held-out prompts (every count 0..L, pair and wording, seeds
 :data:`~countlens.llm.organisms.experiment.HELD_OUT_SEED` on, as many as :func:`capture_seeds` asks: 20 rows
@@ -40,11 +45,18 @@ per residual dimension) at the boundary after its block:
   attention evenly (the count then sits in the values alone, the distractors' included) and up to
   ``m / (n + m)`` where it attends to the targets only;
 - its own largest parameter-vector norm (:func:`countlens.llm.organisms.train.largest_parameter_norm`): the
-  organism's ``B``.
+  organism's ``B``, and which vector attains it (:func:`readout_metrics`: the parameter's name and row, and
+  what it is, :func:`vector_role`);
+- its classification read-out, as the toy's is measured (:func:`readout_metrics`): its class vectors' largest
+  norm (the unembedding rows of the answers ``0..L``) and Figure 2c's smallest winning logit gap over the
+  counts (per count the correct answer's logit minus the best other count's, least over the prompts:
+  :func:`logit_gaps`, :func:`gap_by_count`).
 
-**Rates**: per seed the least-squares slope of ``log B`` on ``log L`` (and of the probe norm) over the organisms
-that reached their target accuracy, their mean and standard deviation over seeds; the toy's slope over the same
-``L``; the paper's exponent.
+**Rates**: per seed the least-squares slope of ``log B`` on ``log L`` (:func:`countlens.toy.budget.fit_slope`,
+the toy's own; and of the probe norm, the class-vector norm and the smallest logit gap) over the organisms
+that reached their target accuracy, their mean and standard deviation over seeds; the toy's slopes over the
+same ``L`` (regression ``B_min``; the classifier's largest vector, class vectors and smallest score gap); the
+paper's exponent.
 
 **The LLM column** (optional): the same geometry and probe norm on an existing capture (``llm_acts``, at
 ``llm_location``, default its last), its ``L`` the capture's largest count; a capture holds no weights, so
@@ -53,7 +65,9 @@ no ``B``.
 What it can show: whether a trained stock transformer's boundary geometry and norms grow with L as the toy's
 construction says its variant must. What it cannot: the organism's ``B`` counts every parameter vector (its
 untrained token embeddings and its norm gains too), and training reaches *a* solution, not the cheapest one —
-``B_min`` is a lower envelope the organism need not approach.
+``B_min`` is a lower envelope the organism need not approach. Logit gaps and the toy's score gaps are in
+different units (a trained model's logits against a construction scaled to norm 1), so only their trends in
+``L`` compare.
 """
 
 from __future__ import annotations
@@ -103,7 +117,9 @@ WORDING = next(iter(CONFIGURATIONS))  # "count"
 NUMBER_TOKENS = 1000  # counts below this are answered by one token each (counting_tokenizer)
 ROW_KEYS = ("kind", "label", "L", "seed", "location", "converged", "held_out_accuracy", "held_out_min_count",
             "steps", "train_seconds",
-            "largest_parameter_norm", "probe_norm", "probe_best_acc", "target_excess", "gap_ratio", "erank_ratio",
+            "largest_parameter_norm", "b_parameter", "b_row", "b_vector", "class_vector_norm", "min_logit_gap",
+            "min_gap_count", "argmax_accuracy", "probe_norm", "probe_best_acc", "target_excess", "gap_ratio",
+            "erank_ratio",
             "endpoint_angle", "low", "high", "pca_explained")
 
 
@@ -118,8 +134,11 @@ class ScalingConfig(ExperimentConfig):
     or index; default its last)."""
 
     Ls: list[int] = field(default_factory=lambda: [10, 30])
+    """lengths L to train at, like 10,30"""
     seeds: list[int] = field(default_factory=lambda: [0, 1])
+    """seeds per L, like 0,1"""
     width: int = 32
+    """residual width"""
     # 3e-2 after a 300-step warm-up: the L = 30 organisms reach 100 % in 2,350-2,400 steps (seeds 0, 1); at 1e-2
     # after 50 they stopped at 98.4 / 96.8 % after 6,000 (the rate falls as 1 / step), and at 3e-2 or 5e-2 after
     # 50 seed 1 stalled at 3 % from the start (BENCHMARKS.md). L = 100 (the full preset) does not converge at it
@@ -129,13 +148,16 @@ class ScalingConfig(ExperimentConfig):
     decay: int = DECAY
     batch_size: int = 32
     max_steps: int = 3000
+    """most training steps per organism; a rerun may raise it"""
     eval_every: int = 50
     target_accuracy: float = 0.99
     pairs: list[list[str]] = field(default_factory=lambda: [list(PAIR)])
     configs: list[str] = field(default_factory=lambda: [WORDING])
     tokenizer: str = DEFAULT_MODEL
     llm_acts: str | None = None
+    """an existing capture folder for the LLM column (default: none)"""
     llm_location: str | None = None
+    """the LLM capture's location, a name or index (default: its last)"""
 
     FIELDS: ClassVar[dict] = {"Ls": Ints(minimum=1, distinct=True), "seeds": Ints(minimum=0, distinct=True),
                               "width": AtLeast(2), "lr": Positive(), "warmup": AtLeast(1), "decay": AtLeast(1),
@@ -182,13 +204,22 @@ class ScalingResult(Result):
     ``L``, ``seed`` (organisms), ``converged``, ``held_out_accuracy`` (greedy answers right over the held-out
     prompts, every count 0..L equally often), ``held_out_min_count`` (the lowest of its per-count accuracies),
     ``steps``, ``train_seconds``,
-    ``largest_parameter_norm`` (the organism's ``B``; the toy's ``B_min``), ``probe_norm`` (smallest native
+    ``largest_parameter_norm`` (the organism's ``B``; the toy's ``B_min``, ``toy``, or its classifier
+    construction's largest vector, ``toy-classification``), ``b_parameter`` / ``b_row`` / ``b_vector`` (the
+    vector attaining it: organisms its parameter name, row (``None``: 1-D) and role; the toy its vectors' names),
+    ``class_vector_norm`` (the classifiers' largest class vector), ``min_logit_gap`` / ``min_gap_count`` (the
+    classifiers' smallest winning gap over the counts, logits or toy scores, and its count),
+    ``argmax_accuracy`` (organisms: the captured prompts whose argmax over the counts is right),
+    ``probe_norm`` (smallest native
     norm of an exactly rounding ridge probe; ``None`` where none), ``probe_best_acc``, ``target_excess``
     (organisms: the head's mean boundary target excess), ``gap_ratio``,
     ``erank_ratio``, ``endpoint_angle`` (rad), ``low`` / ``high`` (the windows), ``pca_explained`` (two
     ratios). ``pca``: per organism and LLM row (same order, ``label``) the centroids' PCA coordinates per count.
-    ``rates``: the log-log slopes (``organism_norm``: per seed, mean, std; ``organism_probe_norm``: the same;
-    ``toy``: B_min's slope; ``paper``: the claimed exponent, ``paper_text`` as printed)."""
+    ``gaps``: per organism and toy classifier (``label``, ``kind``, ``L``) the smallest winning gap per count
+    ``0..L`` (Figure 2c). ``rates``: the log-log slopes (``organism_norm``, ``organism_probe_norm``,
+    ``organism_class_vector_norm``, ``organism_gap``: per seed, mean, std; ``toy``: B_min's slope;
+    ``toy_classification``, ``toy_classification_class_vector_norm``, ``toy_classification_gap``: the
+    classifier construction's; ``paper``: the claimed exponent, ``paper_text`` as printed)."""
 
     FILE: ClassVar[str] = "organism_scaling.json"
     CSV: ClassVar[str] = "organism_scaling.csv"
@@ -204,6 +235,7 @@ class ScalingResult(Result):
     rates: dict[str, Any]
     seconds: float = 0.0
     provenance: dict[str, Any] = field(default_factory=dict)
+    gaps: list[dict[str, Any]] = field(default_factory=list)
 
     def organisms(self) -> list[dict[str, Any]]:
         return [r for r in self.rows if r["kind"] == "organism"]
@@ -248,16 +280,6 @@ def windows(L: int) -> tuple[tuple[int, int], tuple[int, int]]:
     ``(1, w)`` and ``(L − w + 1, L)`` — the paper's 1..10 and 91..100 at L = 100."""
     w = max(3, int(L) // 10)
     return (1, w), (int(L) - w + 1, int(L))
-
-
-def loglog_slope(L, values) -> float | None:
-    """Least-squares slope of ``log values`` on ``log L`` over the finite positive values (None if < 2)."""
-    L, values = np.asarray(L, dtype=np.float64), np.asarray([np.nan if v is None else v for v in values],
-                                                             dtype=np.float64)
-    keep = np.isfinite(values) & (values > 0)
-    if keep.sum() < 2 or len(np.unique(L[keep])) < 2:
-        return None
-    return float(np.polyfit(np.log(L[keep]), np.log(values[keep]), 1)[0])
 
 
 def spread(slopes: list[float | None]) -> dict[str, Any]:
@@ -327,6 +349,107 @@ def boundary_target_excess(folder: str | Path, settings: PromptSettings, batch_s
     return float(np.nanmean(excess)) if np.isfinite(excess).any() else None
 
 
+def vector_role(name: str, row: int | None, tokenizer=None) -> str:
+    """What the parameter vector ``(name, row)`` of a Llama organism is, in words: the final RMSNorm's gain
+    (it multiplies every logit), the attention's RMSNorm gain, a token's embedding row (tied: also its
+    unembedding row, its class vector; the token decoded with ``tokenizer``) or a projection's output row."""
+    if name.endswith("model.norm.weight") or name == "norm.weight":
+        return "the final RMSNorm's gain (multiplies every logit)"
+    if name.endswith("input_layernorm.weight"):
+        return "the attention's RMSNorm gain"
+    if name.endswith("embed_tokens.weight") or name.endswith("lm_head.weight"):
+        token = repr(tokenizer.decode([row])) if tokenizer is not None and row is not None else f"id {row}"
+        return f"token {token}'s embedding row (tied: its unembedding row)"
+    for proj in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"):
+        if f".{proj}." in name:
+            return f"{proj}'s output row {row}"
+    return name if row is None else f"{name} row {row}"
+
+
+def answer_rows(tokenizer, L: int) -> list[int]:
+    """The token ids (L + 1,) that answer the counts ``0..L``, one token each (:func:`counting_tokenizer`):
+    the organism's class vectors are their unembedding rows."""
+    from countlens.llm.answers import answer_token_ids
+
+    ids = [answer_token_ids(tokenizer, n) for n in range(int(L) + 1)]
+    if any(len(i) != 1 for i in ids):
+        raise ValueError(f"every count 0..{L} must be answered by one token (counting_tokenizer)")
+    return [i[0] for i in ids]
+
+
+def logit_gaps(model, prompts, answer_ids: list[int], pad_id: int, batch_size: int = 64) -> np.ndarray:
+    """The **winning logit gap** of each of ``prompts`` at its boundary (the first answer position) in the
+    organism ``model``: the logit of its count's answer token minus the largest logit of another count's
+    (``answer_ids``: the answers of ``0..L``), as the toy's :func:`countlens.toy.model.winning_gap` defines it
+    for class scores. (P,) float64, in logits (nats); positive iff the argmax over the counts is right."""
+    import torch
+
+    from countlens.llm.capture.residuals import pad_batch
+    from countlens.toy import winning_gap
+
+    columns = torch.tensor(answer_ids, dtype=torch.long)
+    out = []
+    model.eval()
+    with torch.inference_mode():
+        for start in range(0, len(prompts), batch_size):
+            group = prompts[start:start + batch_size]
+            ids, mask, index = pad_batch(group, pad_id, "right")  # causal: right padding leaves each row's logits
+            hidden = model.model(input_ids=ids, attention_mask=mask).last_hidden_state  # (B, T, d), final norm
+            logits = model.lm_head(hidden[torch.arange(len(group)), index])[:, columns]  # (B, L + 1)
+            out.append(winning_gap(logits.double(), torch.tensor([p.n for p in group])).numpy())
+    return np.concatenate(out) if out else np.zeros(0)
+
+
+def gap_by_count(gaps: np.ndarray, n: np.ndarray, L: int) -> np.ndarray:
+    """Figure 2c's quantity: per count ``0..L`` the smallest of the prompts' gaps ``gaps`` (P,) whose count
+    ``n`` (P,) it is; (L + 1,), ``nan`` for a count without a prompt."""
+    out = np.full(int(L) + 1, np.inf)
+    np.minimum.at(out, np.asarray(n, dtype=np.int64), np.asarray(gaps, dtype=np.float64))
+    out[np.isinf(out)] = np.nan
+    return out
+
+
+def readout_metrics(folder: str | Path, settings: PromptSettings, L: int) -> dict[str, Any]:
+    """How the one-block organism of ``folder`` reads its count out, on ``settings``' prompts:
+
+    - ``b_parameter`` / ``b_row`` / ``b_vector``: which parameter vector attains its ``B``
+      (:func:`~countlens.llm.organisms.train.largest_parameter_vector`: the parameter's name, the row of a
+      matrix or ``None``, :func:`vector_role` in words) and ``b_check`` its norm, recomputed from the folder;
+    - ``class_vector_norm``: the largest norm of its class vectors, the unembedding rows of the answers
+      ``0..L`` (:func:`answer_rows`), the toy classifier's ``max_k |u_k|``;
+    - ``min_logit_gap`` (logits) and ``min_gap_count``: the smallest of :func:`gap_by_count` over the counts
+      and the count where it falls, Figure 2c's minimum; ``gap_by_count`` the whole (L + 1,) list;
+      ``argmax_accuracy``: the share of the prompts whose gap is positive (their argmax over the counts is
+      right; the organism's held-out accuracy is taken on fewer prompts, its own held-out set)."""
+    import torch
+
+    from countlens.llm.capture.residuals import pad_token_id
+    from countlens.llm.models import load_model
+    from countlens.llm.organisms.train import largest_parameter_vector
+    from countlens.llm.prompts import build_prompts
+
+    loaded = load_model(str(folder), progress=False)
+    name, row, norm = largest_parameter_vector(loaded.model)
+    answers = answer_rows(loaded.tokenizer, L)
+    with torch.no_grad():
+        class_norm = float(loaded.model.lm_head.weight[answers].norm(dim=-1).max())
+    prompts = build_prompts(loaded.tokenizer, settings)
+    each = logit_gaps(loaded.model, prompts, answers, pad_token_id(loaded.tokenizer))  # (P,)
+    gaps = gap_by_count(each, np.array([p.n for p in prompts]), L)  # (L + 1,)
+    low = int(np.nanargmin(gaps))
+    return {"b_parameter": name, "b_row": row, "b_vector": vector_role(name, row, loaded.tokenizer),
+            "b_check": norm, "class_vector_norm": class_norm, "min_logit_gap": float(gaps[low]),
+            "min_gap_count": low, "argmax_accuracy": float((each > 0).mean()),
+            "gap_by_count": [None if np.isnan(g) else float(g) for g in gaps]}
+
+
+def attaining(norms: dict[str, float]) -> str:
+    """The names of the toy's vectors (:meth:`countlens.toy.model.ToyParams.vector_norms`) whose norm is the
+    largest (to 1e-9 relative; a construction often sets several to one scale), comma-separated."""
+    top = max(norms.values())
+    return ", ".join(k for k, v in norms.items() if v >= top * (1 - 1e-9))
+
+
 # ------------------------------------------------------------------------------------------ the run
 
 def organism_row(config: ScalingConfig, L: int, seed: int, out: Path, work: Path, progress: bool,
@@ -346,20 +469,46 @@ def organism_row(config: ScalingConfig, L: int, seed: int, out: Path, work: Path
     acts = work / f"acts-L{L}-seed{seed}"
     run_capture(CaptureConfig(model=ModelSpec(model=str(out)), prompts=prompts), acts, progress=False)
     excess = boundary_target_excess(out, prompts)
+    readout = readout_metrics(out, prompts, L)
+    if readout.pop("b_check") != organism.largest_parameter_norm:  # the folder holds the weights B was taken of
+        raise RuntimeError(f"{out}: its largest parameter vector is not the B its training recorded")
     return {"kind": "organism", "label": f"organism L={L} seed={seed}", "L": L, "seed": seed, "location": LOCATION,
             "converged": organism.converged, "held_out_accuracy": organism.held_out_accuracy,
             "held_out_min_count": min(r["accuracy"] for r in organism.held_out),
             "steps": organism.steps, "train_seconds": organism.train_seconds,
             "largest_parameter_norm": organism.largest_parameter_norm, "target_excess": excess,
-            **capture_metrics(acts, LOCATION, L)}
+            **readout, **capture_metrics(acts, LOCATION, L)}
 
 
 def toy_rows(config: ScalingConfig) -> list[dict[str, Any]]:
-    """The toy variant with the organism's placement (:data:`TOY_VARIANT`) at every ``L``, at ``d = width``."""
-    from countlens.toy import b_min
+    """The toy variant with the organism's placement (:data:`TOY_VARIANT`) at every ``L``, at ``d = width``,
+    with each of its read-outs: ``toy`` the paper's regression read-out (``B_min``, the largest vector of its
+    best checked construction, :func:`countlens.toy.budget.b_min_construction`), ``toy-classification`` its
+    classification read-out of ``L + 1`` classes — the organisms' — as
+    :func:`countlens.toy.classification.classifier_construction` builds it (every vector <= 1): its largest
+    vector, its class vectors' ``max_k |u_k|``, and its smallest winning score gap over the counts
+    (:func:`countlens.toy.classification.min_gap_by_count`, Figure 2c; ``gap_by_count`` per count). Which toy
+    vectors attain the largest norm: ``b_parameter`` (:func:`attaining`)."""
+    from countlens.toy import ToyConfig, b_min_construction, classifier_construction, min_gap_by_count
 
-    return [{"kind": "toy", "label": f"toy {TOY_VARIANT} L={L}", "L": int(L), "seed": None,
-             "largest_parameter_norm": float(b_min(TOY_VARIANT, int(L), int(config.width)))} for L in config.Ls]
+    rows = []
+    for L in config.Ls:
+        L, d = int(L), int(config.width)
+        regression = b_min_construction(TOY_VARIANT, L, d)
+        rows.append({"kind": "toy", "label": f"toy {TOY_VARIANT} regression L={L}", "L": L, "seed": None,
+                     "largest_parameter_norm": float(regression.max_norm),
+                     "b_parameter": attaining(regression.params.vector_norms())})
+    for L in config.Ls:
+        L, d = int(L), int(config.width)
+        cfg = ToyConfig(TOY_VARIANT, d, L, readout="classification")
+        params = classifier_construction(cfg)
+        norms = params.vector_norms()
+        gaps = min_gap_by_count(cfg, params)
+        rows.append({"kind": "toy-classification", "label": f"toy {TOY_VARIANT} classification L={L}", "L": L,
+                     "seed": None, "largest_parameter_norm": params.max_norm(), "b_parameter": attaining(norms),
+                     "class_vector_norm": norms["U"], "min_logit_gap": float(gaps.min()),
+                     "min_gap_count": int(gaps.argmin()), "gap_by_count": gaps.tolist()})
+    return rows
 
 
 def llm_row(config: ScalingConfig) -> dict[str, Any]:
@@ -383,17 +532,27 @@ def rates(config: ScalingConfig, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The log-log slopes of the organisms' ``B`` and probe norm per seed (with mean and std), and the toy's. An
     organism that did not reach its target accuracy is left out of its seed's fit (it is no counting solution);
     a seed with fewer than two counting organisms has no slope (``None``)."""
-    from countlens.toy import CLAIMED
+    from countlens.toy import CLAIMED, fit_slope  # the project's one log-log slope (the toy's rate fits too)
 
     counting = [r for r in rows if r["kind"] == "organism" and r["converged"]]
-    per_seed = {key: [loglog_slope([r["L"] for r in counting if r["seed"] == s],
-                                   [r[key] for r in counting if r["seed"] == s])
-                      for s in config.seeds] for key in ("largest_parameter_norm", "probe_norm")}
-    toy = [r for r in rows if r["kind"] == "toy"]
+    per_seed = {key: [fit_slope([r["L"] for r in counting if r["seed"] == s],
+                                [r[key] for r in counting if r["seed"] == s])
+                      for s in config.seeds]
+                for key in ("largest_parameter_norm", "probe_norm", "class_vector_norm", "min_logit_gap")}
+
+    def toy_slope(kind: str, key: str) -> float | None:
+        toy = [r for r in rows if r["kind"] == kind]
+        return fit_slope([r["L"] for r in toy], [r[key] for r in toy])
+
     text, exponent = CLAIMED[TOY_VARIANT]
     return {"organism_norm": spread(per_seed["largest_parameter_norm"]),
             "organism_probe_norm": spread(per_seed["probe_norm"]),
-            "toy": loglog_slope([r["L"] for r in toy], [r["largest_parameter_norm"] for r in toy]),
+            "organism_class_vector_norm": spread(per_seed["class_vector_norm"]),
+            "organism_gap": spread(per_seed["min_logit_gap"]),
+            "toy": toy_slope("toy", "largest_parameter_norm"),
+            "toy_classification": toy_slope("toy-classification", "largest_parameter_norm"),
+            "toy_classification_class_vector_norm": toy_slope("toy-classification", "class_vector_norm"),
+            "toy_classification_gap": toy_slope("toy-classification", "min_logit_gap"),
             "paper": exponent, "paper_text": text}
 
 
@@ -463,9 +622,11 @@ def run_scaling(config: ScalingConfig, *, out: str | os.PathLike, progress: bool
     if config.llm_acts is not None:
         rows.append(llm)
     pca = [{"label": r["label"], "kind": r["kind"], **r.pop("pca")} for r in rows if "pca" in r]
+    gaps = [{"label": r["label"], "kind": r["kind"], "L": r["L"], "gap": r.pop("gap_by_count")}
+            for r in rows if "gap_by_count" in r]
     rows = [{k: r.get(k) for k in ROW_KEYS} for r in rows]  # one table: every row every column
     return ScalingResult(asdict(config), NORM_PLACEMENT, TOY_VARIANT, LOCATION, rows, pca, rates(config, rows),
-                         round(time.perf_counter() - started, 3), result_provenance(config))
+                         round(time.perf_counter() - started, 3), result_provenance(config), gaps)
 
 
 # Sizes. quick: L = 10, 30, two seeds; full: L = 10, 30, 100, three seeds; test: L = 3, 4 of a width-16
@@ -494,6 +655,7 @@ declare(Experiment(
 
 __all__ = ["TOY_VARIANT", "NORM_PLACEMENT", "LOCATION", "NUMBER_TOKENS", "ROW_KEYS", "ScalingConfig",
            "ScalingResult", "counting_tokenizer", "windows",
-           "loglog_slope", "spread", "boundary_geometry", "capture_seeds", "boundary_target_excess", "capture_metrics",
+           "spread", "vector_role", "answer_rows", "logit_gaps", "gap_by_count", "readout_metrics", "attaining",
+           "boundary_geometry", "capture_seeds", "boundary_target_excess", "capture_metrics",
            "organism_row",
            "toy_rows", "llm_row", "rates", "run_scaling", "PRESETS"]

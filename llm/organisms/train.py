@@ -229,19 +229,31 @@ def update_average(average, model, step: int) -> None:
         torch._foreach_lerp_(list(average.parameters()), list(model.parameters()), 1.0 - decay)
 
 
-def largest_parameter_norm(model) -> float:
-    """The largest Euclidean norm of one parameter vector: over every weight matrix's rows (an embedding's
-    token vectors, a projection's output rows) and every norm scale — the organism's ``B``."""
+def largest_parameter_vector(model) -> tuple[str, int | None, float]:
+    """The parameter vector of the largest Euclidean norm, over every weight matrix's rows (an embedding's
+    token vectors, a projection's output rows) and every norm scale: ``(name, row, norm)`` — the parameter's
+    name as ``model.named_parameters()`` gives it (a tied unembedding once, under its embedding's name), the
+    row of a matrix (``None`` for a 1-D parameter: a norm's gain) and the norm, the organism's ``B``. The
+    first parameter in ``named_parameters`` order wins a tie."""
     import torch
 
-    best = 0.0
+    best: tuple[str, int | None, float] = ("", None, 0.0)
     with torch.no_grad():
-        for p in model.parameters():
-            norms = p.norm(dim=-1) if p.dim() > 1 else p.norm().reshape(1)
-            best = max(best, float(norms.max()))
+        for name, p in model.named_parameters():
+            norms = p.norm(dim=-1).reshape(-1) if p.dim() > 1 else p.norm().reshape(1)
+            row = int(norms.argmax())
+            if float(norms[row]) > best[2]:
+                best = (name, row if p.dim() > 1 else None, float(norms[row]))
     return best
+
+
+def largest_parameter_norm(model) -> float:
+    """The largest Euclidean norm of one parameter vector (:func:`largest_parameter_vector`): the
+    organism's ``B``."""
+    return largest_parameter_vector(model)[2]
 
 
 __all__ = ["MLP_MODULES", "Shape", "llama_config", "dead_heads", "head_columns", "build_model", "plant",
            "trained_parameters", "dead_masks", "apply_masks", "sequences", "answer_logits", "task_vocabulary", "answer_loss",
-           "teacher_forced_correct", "AVERAGE", "update_average", "largest_parameter_norm"]
+           "teacher_forced_correct", "AVERAGE", "update_average", "largest_parameter_vector",
+           "largest_parameter_norm"]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -13,26 +14,43 @@ DEAD = 1e-6  # nats, absolute: a zeroed head's ablation, measured on the float64
 CHANCE_FACTOR = 2.0  # the item-reading head ablated: right-first at most this many times chance
 KEPT = 0.99  # position patching: normalised LD the construction fixes at 1
 LEAK = 0.01  # ... and at 0
-SLOPE = (0.5, 1.5)  # steering: expected-count change per unit of count-unit Δ
+INTERCHANGED = 1.0  # the boundary interchanged after the last live block: exact by construction
 PATCHED = 0.95
 PROBED = 0.95
 
 
+INFO = "info"  # ``holds`` of a row reported with no bound: ``bound`` and ``passed`` are None, it never fails
+
+
 def check_row(name: str, value: Any, bound: Any, holds: str, detail: str) -> dict[str, Any]:
+    """One check: ``value`` held to ``bound`` by ``holds`` (``>=``, ``<=``, ``<``, ``==``, ``in`` a closed
+    ``[low, high]``); ``passed`` its verdict. ``holds`` = :data:`INFO`: a read-out reported beside the checks
+    with no bound (``bound`` and ``passed`` None), because the construction guarantees nothing of it."""
+    if holds == INFO:
+        return {"name": name, "value": value, "bound": None, "holds": INFO, "passed": None, "detail": detail}
     passed = {">=": lambda: value >= bound, "<=": lambda: value <= bound, "<": lambda: value < bound,
               "==": lambda: value == bound, "in": lambda: bound[0] <= value <= bound[1]}[holds]()
     return {"name": name, "value": value, "bound": bound, "holds": holds, "passed": bool(passed), "detail": detail}
 
 
-def ablation_verdict(removed: float, boundary: float, L: int, head: tuple[int, int], prompts: int
-                     ) -> dict[str, Any]:
-    """``item-reading head ablated`` from its numbers: greedy accuracy with the head removed (``removed``),
-    held to :data:`CHANCE_FACTOR` ``/ (L + 1)``; ``boundary``: Figure 12's boundary-only ablation, right-first
-    fraction (reported, not held to a bound)."""
+def ablation_verdict(removed: float, boundary: Sequence[float], L: int, heads: Sequence[Sequence[int]], prompts: int,
+                     live_heads: Sequence[Sequence[int]]) -> dict[str, Any]:
+    """``item-reading head ablated`` from its numbers: greedy accuracy with every live head of the item-reading
+    block removed at once (``removed``; ``heads``: those (block, head)s), held to :data:`CHANCE_FACTOR`
+    ``/ (L + 1)``; ``boundary``: per head of ``heads``, Figure 12's boundary-only ablation, right-first fraction
+    (reported, not held to a bound). The detail says whether ``heads`` are every live head of the organism
+    (``live_heads``): then nothing moves between positions and the bound holds by construction."""
+    removed_heads = {tuple(map(int, h)) for h in heads}
+    others = sorted({tuple(map(int, h)) for h in live_heads} - removed_heads)
+    names = ", ".join(f"{b}.{h}" for b, h in sorted(removed_heads))
+    cut = ("every live head: nothing moves between positions, so every prompt gets one answer (by construction)"
+           if not others else f"live heads {', '.join(f'{b}.{h}' for b, h in others)} of other blocks left")
+    shown = ", ".join(f"{b}.{h} {v:.3f}" for (b, h), v in zip(sorted(removed_heads), boundary, strict=True))
     return check_row("item-reading head ablated", float(removed), CHANCE_FACTOR / (int(L) + 1), "<=",
-                  f"greedy accuracy with head {head[0]}.{head[1]} removed, {prompts} held-out prompts of counts "
-                  f"0..{L}, chance {1 / (int(L) + 1):.3f}; its boundary output mean-ablated instead (Figure 12): "
-                  f"right count ranked first on {boundary:.3f}")
+                     f"greedy accuracy with heads {names} (every live head of the item-reading block) removed, "
+                     f"{prompts} held-out prompts of counts 0..{L}, chance {1 / (int(L) + 1):.3f}; {cut}; each "
+                     f"head's boundary output mean-ablated alone instead (Figure 12): right count ranked first "
+                     f"on {shown}")
 
 
 def live_blocks(live_heads) -> tuple[int, int]:
@@ -107,13 +125,36 @@ def steering_slope(result) -> float:
     return float(np.polyfit(x, y, 1)[0])
 
 
-def steering_verdict(result) -> dict[str, Any]:
-    """``steering slope`` of a Figure 9b ``result``: :func:`steering_slope` within :data:`SLOPE` (NaN fails)."""
+def steering_row(result) -> dict[str, Any]:
+    """``steering slope`` of a Figure 9b ``result``: :func:`steering_slope`, reported with no bound
+    (:data:`INFO`): the construction does not make the count linearly steerable at any location (organisms
+    planted with live heads 1.0 and 1.2 only answer every held-out prompt right with slopes of -0.002 and 0.30
+    after block 1, in two trainings), so no slope is a verdict on the read-out."""
     slope = steering_slope(result)
     deltas = [c["delta"] for c in result.curves.get("mean-diff", [])]
-    return check_row("steering slope", slope, list(SLOPE), "in",
-                   f"expected count per unit delta along the mean difference at {result.location}, count units, "
-                   f"deltas {', '.join(f'{d:g}' for d in deltas)}, counts {', '.join(map(str, result.config['counts']))}")
+    return check_row("steering slope", slope, None, INFO,
+                     f"expected count per unit delta along the mean difference at {result.location}, count units, "
+                     f"deltas {', '.join(f'{d:g}' for d in deltas)}, counts "
+                     f"{', '.join(map(str, result.config['counts']))}; no bound: the construction does not make "
+                     "the count linearly steerable")
 
 
-__all__ = ["check_row", "ablation_verdict", "live_blocks", "position_verdicts", "attribution_verdicts", "steering_slope", "steering_verdict", "ACCURACY", "ZERO", "DEAD", "CHANCE_FACTOR", "KEPT", "LEAK", "SLOPE", "PATCHED", "PROBED"]
+def interchange_verdict(agree: Sequence[bool], counted: Sequence[bool], location: str, live_heads
+                        ) -> dict[str, Any]:
+    """``interchange after the live heads``: per pair of Figure 9a patched at ``location`` (the residual after
+    the last block holding a live head), whether the patched answer's first token is the source prompt's own
+    greedy first token (``agree``; the fraction held to :data:`INTERCHANGED`), and whether it is the source
+    count's first answer token (``counted``; reported). An empty ``agree`` fails: a check cannot pass on
+    missing numbers."""
+    value = float(np.mean(agree)) if len(agree) else 0.0
+    right = float(np.mean(counted)) if len(counted) else 0.0
+    _, b1 = live_blocks(live_heads)
+    return check_row("interchange after the live heads", value, INTERCHANGED, ">=",
+                     f"patched first answer token = the source prompt's own, {len(agree)} pairs with the boundary "
+                     f"replaced at {location} (after the last live block {b1}); = the source count's first token "
+                     f"on {right:.3f}")
+
+
+__all__ = ["INFO", "check_row", "ablation_verdict", "live_blocks", "position_verdicts", "attribution_verdicts",
+           "steering_slope", "steering_row", "interchange_verdict", "ACCURACY", "ZERO", "DEAD", "CHANCE_FACTOR",
+           "KEPT", "LEAK", "INTERCHANGED", "PATCHED", "PROBED"]

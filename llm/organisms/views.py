@@ -19,9 +19,10 @@ PLANTED = {
     "probe": "the count is read at the boundary from the first location after a block with a live head, and "
              "at no location before it",
     "patching": "patching the boundary's last residual with a source prompt's gives the source count's first "
-                "answer token",
-    "steering": "count-unit steering along the mean difference moves the expected count by about one count per "
-                "unit step",
+                "answer token; after the last live block the patched boundary answers exactly as the source "
+                "prompt does",
+    "steering": "nothing: the construction does not make the count linearly steerable, so the slope is shown "
+                "with no bound (the exact interchange after the last live block is the steering it guarantees)",
     "probe-running": "before the first block with a live head each item's residual is its own token's, so no "
                      "running count is read there; after it the figure shows where the organism keeps one",
     "patching-positions": "the flipped item's effect sits at the item before the live heads' blocks and at the "
@@ -56,7 +57,9 @@ def checks_view(page: Page, s: Section) -> None:
     page.caption(
         "Each check runs a countlens experiment on the organism's held-out prompts and holds one number to what "
         "the planted circuit guarantees (countlens.llm.organisms.checks says why each bound holds by "
-        "construction); a failed check is a defect of the read-out, or an organism that did not learn.")
+        "construction); a failed check is a defect of the read-out, or an organism that did not learn. A row "
+        "whose rule is \"info\" is a read-out shown with no bound, because the construction guarantees nothing "
+        "of it.")
     rows = [[page.v(rel, "checks", i, "name"), page.v(rel, "checks", i, "value"), page.v(rel, "checks", i, "holds"),
              page.v(rel, "checks", i, "bound"), page.v(rel, "checks", i, "passed"), page.v(rel, "checks", i, "detail")]
             for i in range(len(s.result.checks))]

@@ -237,7 +237,7 @@ CHECK_NAMES = {"answers", "dead heads", "dead heads alike", "live heads first", 
                "DLA dead heads", "DLA live heads first", "boundary patching", "position patching: flipped item before",
                "position patching: boundary before", "position patching: boundary after",
                "probe after the live heads", "probe before the live heads", "steering slope", "AtP dead heads",
-               "AtP live heads first"}
+               "AtP live heads first", "interchange after the live heads"}
 
 
 @pytest.fixture(scope="module")
@@ -262,6 +262,12 @@ def test_every_ground_truth_check_passes_on_the_organism(checked):
     by_name = {c["name"]: c for c in checked.checks}
     assert set(by_name) == CHECK_NAMES
     assert checked.failed() == [], checked.checks
+    # the steering slope is reported with no bound; every other row is a verdict, and each one passed
+    assert [c["name"] for c in checked.checks if c["holds"] == "info"] == ["steering slope"]
+    assert by_name["steering slope"]["passed"] is None and by_name["steering slope"]["bound"] is None
+    assert all(c["passed"] is True for c in checked.checks if c["holds"] != "info")
+    # after the last live block the patched boundary answers as the source prompt does, on every pair
+    assert by_name["interchange after the live heads"]["value"] == 1.0
     # float64 makes a zeroed head's ablation exact: the absolute bound holds with nothing to spare
     assert by_name["dead heads"]["value"] == 0.0 <= DEAD and by_name["live heads first"]["value"] == [[0, 1]]
     assert by_name["DLA dead heads"]["value"] <= ZERO and by_name["DLA live heads first"]["value"] == [[0, 1]]
@@ -290,12 +296,15 @@ def test_the_item_reading_ablation_fails_on_a_head_that_does_not_read(organism, 
     spec = LoadedModel(model, tok, str(folder))
     # the live head removed: one answer for every prompt of a wording, right on one count in four
     assert removed_accuracy(result, spec, [HELD_OUT_SEED], (0, 1)) == (0.25, 8)
-    assert ablated_ranking(result, spec, [HELD_OUT_SEED], (0, 1)) == (1.0, 0.25, 4)
+    assert removed_accuracy(result, spec, [HELD_OUT_SEED], [(0, 1)]) == (0.25, 8)  # one head or a list
+    assert ablated_ranking(result, spec, [HELD_OUT_SEED], (0, 1)) == (1.0, [0.25], 4)
     # the zeroed head 0.0 claimed as the item reader: removing it leaves the count, so the check fails
     kept, prompts = removed_accuracy(result, spec, [HELD_OUT_SEED], (0, 0))
     assert kept == 1.0
-    verdict = ablation_verdict(kept, 1.0, 3, (0, 0), prompts)
+    verdict = ablation_verdict(kept, [1.0], 3, [(0, 0)], prompts, [[0, 0]])
     assert not verdict["passed"] and verdict["bound"] == CHANCE_FACTOR / 4
+    passed = ablation_verdict(0.25, [0.25], 3, [(0, 1)], prompts, [[0, 1]])
+    assert passed["passed"] and "every live head" in passed["detail"]
 
 
 KEPT = {"probe": "probes.json", "patching": "patching.json", "steering": "steering.json",
@@ -420,21 +429,34 @@ def test_the_attribution_checks_fail_where_the_numbers_do(cells, fails):
     assert {c["name"] for c in checks if not c["passed"]} == fails
 
 
-@pytest.mark.parametrize("shifts, passed", [
-    ([-1.0, 0.0, 1.0], True), ([-0.4, 0.0, 0.4], False), ([-2.0, 0.0, 2.0], False), ([0.0, 0.0, 0.0], False),
-    ([None, 0.0, None], False),
-])
-def test_the_steering_slope_fails_outside_its_band(shifts, passed):
+@pytest.mark.parametrize("shifts", [[-1.0, 0.0, 1.0], [-0.4, 0.0, 0.4], [0.0, 0.0, 0.0], [None, 0.0, None]])
+def test_the_steering_slope_is_reported_with_no_bound(shifts):
     from types import SimpleNamespace
 
-    from countlens.llm.organisms.checks import steering_slope, steering_verdict
+    from countlens.llm.organisms.checks import OrganismChecks, checks_text, steering_row, steering_slope
 
     curves = [{"delta": d, "mean_expected_shift": y} for d, y in zip([-1.0, 0.0, 1.0], shifts, strict=True)]
     result = SimpleNamespace(curves={"mean-diff": curves}, location="blocks.0.hook_resid_post",
                              config={"counts": [1, 2]})
-    assert steering_verdict(result)["passed"] is passed
+    row = steering_row(result)
+    assert row["holds"] == "info" and row["bound"] is None and row["passed"] is None
     if shifts[0] is not None:
-        assert steering_slope(result) == pytest.approx(shifts[2])
+        assert row["value"] == steering_slope(result) == pytest.approx(shifts[2])
+    else:
+        assert np.isnan(row["value"])
+    checks = OrganismChecks("m", [[0, 1]], [row])
+    assert checks.failed() == [] and checks_text(checks)[0].startswith("INFO steering slope:")
+
+
+@pytest.mark.parametrize("agree, passed", [
+    ([True] * 6, True), ([True] * 5 + [False], False), ([], False),
+])
+def test_the_interchange_check_holds_every_pair_to_the_source_prompts_answer(agree, passed):
+    from countlens.llm.organisms.checks import INTERCHANGED, interchange_verdict
+
+    row = interchange_verdict(agree, [True] * len(agree), "blocks.1.hook_resid_post", [[0, 1], [1, 0]])
+    assert row["passed"] is passed and row["bound"] == INTERCHANGED == 1.0
+    assert "after the last live block 1" in row["detail"]
 
 
 def test_the_steering_window_keeps_every_step_inside_the_counts_seen():
@@ -502,11 +524,12 @@ def test_the_scaling_windows_are_the_papers_at_L_100_and_scale_below():
 
 
 def test_the_loglog_slope_and_its_spread():
-    from countlens.llm.organisms.scaling import loglog_slope, spread
+    from countlens.llm.organisms.scaling import spread
+    from countlens.toy.budget import fit_slope  # the one log-log slope, the toy's (test_organism_scaling.py)
 
     L = [10, 30, 100]
-    assert loglog_slope(L, [2.0 * x**0.75 for x in L]) == pytest.approx(0.75)
-    assert loglog_slope(L, [None, 5.0, float("inf")]) is None  # one finite point: no slope
+    assert fit_slope(L, [2.0 * x**0.75 for x in L]) == pytest.approx(0.75)
+    assert fit_slope(L, [None, 5.0, float("inf")]) is None  # one finite point: no slope
     assert spread([1.0, 0.5, None]) == {"per_seed": [1.0, 0.5, None], "mean": 0.75, "std": 0.25}
 
 
@@ -592,8 +615,9 @@ def test_the_scaling_preset_is_the_tests():
 
 def test_scaling_trains_one_head_organisms_and_sets_them_beside_the_toy(scaled):
     from countlens.llm.organisms.experiment import read_organism
-    from countlens.llm.organisms.scaling import TOY_VARIANT, ScalingConfig, ScalingResult, loglog_slope, rates
+    from countlens.llm.organisms.scaling import TOY_VARIANT, ScalingConfig, ScalingResult, rates
     from countlens.toy import b_min
+    from countlens.toy.budget import fit_slope as loglog_slope
 
     folder, result = scaled
     organisms = result.organisms()
@@ -649,6 +673,65 @@ def test_the_scaling_target_excess_is_the_heads_boundary_attention_read_from_out
             excess.append(t / (t + d) - p.n / (p.n + p.m))
         assert row["target_excess"] == pytest.approx(np.mean(excess), abs=1e-6)
     assert all(r["target_excess"] is None for r in result.rows if r["kind"] == "toy")
+
+
+def test_the_scaling_names_the_vector_that_attains_B_and_its_class_vectors(scaled):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, result = scaled
+    for row in result.organisms():
+        out = folder / f"L{row['L']}-seed0"
+        model = AutoModelForCausalLM.from_pretrained(out)
+        found = (None, None, -1.0)  # a brute loop over every parameter's rows (a 1-D parameter is one vector)
+        for name, p in model.named_parameters():
+            vectors = p.detach().reshape(-1, p.shape[-1]) if p.dim() > 1 else p.detach().reshape(1, -1)
+            for i, v in enumerate(vectors):
+                if float(v.norm()) > found[2]:
+                    found = (name, i if p.dim() > 1 else None, float(v.norm()))
+        assert (row["b_parameter"], row["b_row"]) == found[:2] and row["largest_parameter_norm"] == found[2]
+        assert row["b_vector"]
+        tokenizer = AutoTokenizer.from_pretrained(out)
+        answers = [tokenizer.encode(str(k), add_special_tokens=False) for k in range(row["L"] + 1)]
+        assert all(len(a) == 1 for a in answers)
+        unembed = model.get_output_embeddings().weight.detach()
+        assert row["class_vector_norm"] == pytest.approx(max(float(unembed[a[0]].norm()) for a in answers), rel=1e-6)
+
+
+def test_the_scaling_logit_gap_is_figure_2c_on_plain_forwards(scaled):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from countlens.llm.organisms.experiment import HELD_OUT_SEED
+    from countlens.llm.organisms.scaling import capture_seeds
+    from countlens.llm.prompts import PromptSettings, build_prompts
+
+    folder, result = scaled
+    config = SCALING_TEST
+    gaps = {g["label"]: g for g in result.gaps}
+    for row in result.organisms():
+        L, out = row["L"], folder / f"L{row['L']}-seed0"
+        seeds = capture_seeds(L, config["width"], len(config["pairs"]), len(config["configs"]))
+        settings = PromptSettings(L=L, counts=list(range(L + 1)), per_count=1, pairs=config["pairs"],
+                                  configs=config["configs"], seeds=[HELD_OUT_SEED + j for j in range(seeds)])
+        tokenizer = AutoTokenizer.from_pretrained(out)
+        model = AutoModelForCausalLM.from_pretrained(out).eval()
+        answers = [tokenizer.encode(str(k), add_special_tokens=False)[0] for k in range(L + 1)]
+        least, right, total = {}, 0, 0
+        for p in build_prompts(tokenizer, settings):  # one prompt at a time: no padding
+            with torch.no_grad():
+                logits = model(torch.tensor([p.ids])).logits[0, -1].double()
+            counts = [float(logits[a]) for a in answers]
+            gap = counts[p.n] - max(c for k, c in enumerate(counts) if k != p.n)
+            least[p.n] = min(least.get(p.n, np.inf), gap)
+            right, total = right + (gap > 0), total + 1
+        per_count = [least[k] for k in range(L + 1)]
+        assert gaps[row["label"]]["gap"] == pytest.approx(per_count, abs=1e-4)
+        assert row["min_logit_gap"] == pytest.approx(min(per_count), abs=1e-4)
+        assert row["min_gap_count"] == int(np.argmin(per_count))
+        assert row["argmax_accuracy"] == pytest.approx(right / total)
+    toy = [g for g in result.gaps if g["kind"] == "toy-classification"]
+    assert [g["L"] for g in toy] == [3, 4] and all(min(g["gap"]) > 0 for g in toy)  # the construction counts
+    assert result.rates["toy_classification"] == pytest.approx(0.0, abs=1e-12)  # every vector <= 1 at every L
 
 
 def test_the_counting_tokenizer_writes_every_count_as_one_token(tmp_path, monkeypatch):
