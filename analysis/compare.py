@@ -20,7 +20,10 @@ centroid is the mean of ``h(n, m)`` over m, not the letter-free ``h(n, 0)`` of F
   ``n_train``, ``n_val``, ``n_test``. The ridge path is an upper bound on the smallest norm any exact
   linear read-out needs (ridge trades squared error, not worst error, for norm);
 - ``readout_norm`` (toy rows): the ℓ2 norm of the parameter file's own read-out ``w``, which the
-  full-domain check certifies (``readout_passed``) — the norm the toy actually pays.
+  full-domain check certifies (``readout_passed``) — the norm the toy actually pays;
+- ``floors``: the noise floor (:mod:`countlens.analysis.noise`) of ``gap_ratio``, ``erank_ratio`` and the
+  PCA's ``count_order``: the same quantity of the centroids with the count labels shuffled among the rows
+  (within each seed), and of two split halves of the rows of every count (none where a count has one row).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from countlens.analysis.geometry import (
     HIGH_WINDOW,
     LOW_WINDOW,
     PCA_COUNTS,
+    count_order,
     endpoint_angle,
     erank_ratio,
     gap_ratio,
@@ -41,6 +45,14 @@ from countlens.analysis.geometry import (
     window_rows,
 )
 from countlens.analysis.layerwise import CentroidSet
+from countlens.analysis.noise import (
+    N_SHUFFLES,
+    NOISE_SEED,
+    NoiseFloor,
+    shuffled_centroids,
+    split_half_centroids,
+)
+from countlens.core.errors import UsageError
 from countlens.core.threads import blas_threads
 from countlens.probes import DEFAULT_FRACTIONS, RidgePathProbe, native_norm, rounded_accuracy, split_rows
 
@@ -77,10 +89,11 @@ def probe_norm_needed(X: np.ndarray, y: np.ndarray, seed: int = SPLIT_SEED, rel_
 
 def source_metrics(cs: CentroidSet, location: int, X: np.ndarray, y: np.ndarray, low=LOW_WINDOW,
                    high=HIGH_WINDOW, arc_counts=ARC_COUNTS, pca_counts=PCA_COUNTS,
-                   seed: int = SPLIT_SEED) -> dict[str, Any]:
+                   seed: int = SPLIT_SEED, groups: np.ndarray | None = None) -> dict[str, Any]:
     """All comparison metrics of one source: pooled centroids ``cs`` at ``location`` and the row-level
-    representations ``X`` (rows, d) with counts ``y`` (rows,) for the probe. A window ``cs`` cannot fill is
-    a :class:`~countlens.core.errors.ConfigError` about its field."""
+    representations ``X`` (rows, d) with counts ``y`` (rows,) for the probe and the noise floors (labels
+    shuffled within ``groups`` (rows,), e.g. the seeds). A window ``cs`` cannot fill is a
+    :class:`~countlens.core.errors.ConfigError` about its field."""
     with blas_threads(1):  # small matrices: BLAS threads only add overhead (BENCHMARKS.md)
         C = cs.pooled[:, location]  # (k, d)
         rows = window_rows(cs.counts, pca_counts, "pca_counts")
@@ -93,8 +106,37 @@ def source_metrics(cs: CentroidSet, location: int, X: np.ndarray, y: np.ndarray,
             "arc_angle": endpoint_angle(cs.counts, C, arc_counts),
             **probe_norm_needed(X, y, seed=seed),
             "pca": {"counts": cs.counts[rows].tolist(), "coords": coords.tolist(),
-                    "explained_variance_ratio": explained.tolist()},
+                    "explained_variance_ratio": explained.tolist(), "count_order": count_order(C[rows],
+                                                                                         cs.counts[rows])},
+            "floors": source_floors(cs.counts, C, X, y, low, high, pca_counts, groups),
         }
+
+
+def source_floors(counts: np.ndarray, C: np.ndarray, X: np.ndarray, y: np.ndarray, low=LOW_WINDOW,
+                  high=HIGH_WINDOW, pca_counts=PCA_COUNTS, groups: np.ndarray | None = None,
+                  n_shuffles: int = N_SHUFFLES, noise_seed: int = NOISE_SEED) -> dict[str, dict[str, Any]]:
+    """Noise floors of one source's ``gap_ratio``, ``erank_ratio`` and PCA ``count_order``: the values of its
+    centroids ``C`` (k, d) at ``counts`` (k,) beside those of the centroids of its rows ``X`` (rows, d) with
+    the labels ``y`` (rows,) shuffled (within ``groups``) and of two split halves
+    (:meth:`countlens.analysis.noise.NoiseFloor.to_dict` each; halves nan where a count has one row)."""
+    rows = window_rows(counts, pca_counts, "pca_counts")
+    metrics = {"gap_ratio": lambda Cs, c: gap_ratio(c, Cs, low, high),
+               "erank_ratio": lambda Cs, c: erank_ratio(c, Cs, low, high),
+               "count_order": lambda Cs, c: count_order(Cs[rows], c[rows])}
+    if not np.array_equal(np.unique(np.asarray(y)), counts):  # the shuffles' centroids are at the rows' counts
+        raise UsageError("the rows' counts differ from the centroids'; pass the rows the centroids were made of")
+    _, shuffled = shuffled_centroids(X, y, n_shuffles, noise_seed, groups)  # (R, k, d)
+    try:
+        halves = split_half_centroids(X, y, noise_seed, groups)[1:]
+    except UsageError:  # a count with one row: no halves
+        halves = None
+    out = {}
+    for key, f in metrics.items():
+        floor = NoiseFloor(float(f(C, counts)), np.array([f(Cs, counts) for Cs in shuffled]))
+        if halves is not None:
+            floor.half_a, floor.half_b = float(f(halves[0], counts)), float(f(halves[1], counts))
+        out[key] = floor.to_dict()
+    return out
 
 
 def closest_toy(rows: list[dict[str, Any]]) -> dict[str, str]:
@@ -124,4 +166,4 @@ def _log_distance(a: dict[str, Any], b: dict[str, Any]) -> float:
     return float(np.sqrt(total))
 
 
-__all__ = ["REL_ALPHAS", "SPLIT_SEED", "probe_norm_needed", "source_metrics", "closest_toy"]
+__all__ = ["REL_ALPHAS", "SPLIT_SEED", "probe_norm_needed", "source_metrics", "source_floors", "closest_toy"]

@@ -25,7 +25,14 @@ from countlens.analysis.geometry import (
     window_rows,
     window_within,
 )
-from countlens.analysis.layerwise import centroids_from_capture, compute_geometry
+from countlens.analysis.layerwise import (
+    centroids_from_capture,
+    compute_geometry,
+    floor_specs,
+    floor_summary,
+    replicates_from_capture,
+)
+from countlens.analysis.noise import N_SHUFFLES, NOISE_SEED, Z_ABOVE
 from countlens.core.capture import Capture, CaptureMeta, open_capture
 from countlens.core.errors import ConfigError, UsageError, about
 from countlens.core.fields import AtLeast, Optional, Window, check_fields
@@ -46,8 +53,16 @@ GEOMETRY_DEFINITIONS = {
     "erank_ratio": "seed mean: effective rank (Roy & Vetterli) of the high window's centroids over the low "
                    "window's, per seed, averaged over seeds (Figure 5)",
     "erank_ratio_pooled": "pooled: the same ratio of the centroids averaged over seeds first",
-    "pca": "PCA of the centroids averaged over seeds (Figure 6)",
+    "pca": "PCA of the centroids averaged over seeds (Figure 6); count_order = |Spearman rho| between PC1 and "
+           "the count, turn_angle = mean angle (degrees) between successive centroid steps",
+    "floors": "noise floor of each quantity: the same quantity with the count labels shuffled among the prompts "
+              "of each seed (shuffled_mean, shuffled_std, shuffled_min/max over n_shuffles shuffles), z = "
+              "(value - shuffled_mean) / shuffled_std, above_floor = |z| >= z_above, p_value = two-sided "
+              "permutation p; half_a, half_b = the quantity of two disjoint halves of the prompts of every "
+              "(seed, count) cell (nan when a cell has one prompt)",
 }
+NOISE_NOTE = {"n_shuffles": N_SHUFFLES, "seed": NOISE_SEED, "z_above": Z_ABOVE, "noise_turn_angle": 120.0,
+              "shuffled_within": "seed", "definition": "docs/definitions.md §2, Noise floor"}
 COMPARE_DEFINITIONS = {
     "gap_ratio": "pooled: gap ratio of the centroids pooled over seeds and distractor counts (geometry.json's "
                  "gap_ratio_pooled, not Figure 5's seed mean)",
@@ -58,6 +73,10 @@ COMPARE_DEFINITIONS = {
     "probe_norm": "smallest native l2 norm on the ridge path whose validation rounded accuracy is 1 "
                   "(null: no alpha of the grid reached it); probe_norm_test_acc is its test accuracy",
     "toy_centroids": "a toy's centroid for count n is the mean of h(n, m) over every m with n + m <= L",
+    "floors": "noise floor of gap_ratio, erank_ratio and the PCA's count_order (|Spearman rho| of PC1 with the "
+              "count): the quantity with the count labels shuffled among the rows of each seed (shuffled_mean, "
+              "shuffled_std over n_shuffles), z = (value - shuffled_mean) / shuffled_std, above_floor = |z| >= 3; "
+              "half_a, half_b = the quantity of two disjoint halves of every count's rows (nan: a count has one row)",
 }
 
 
@@ -78,10 +97,15 @@ class GeometryConfig:
     location spec (``None`` = embeddings, after block 1, the middle block, the last block)."""
 
     acts: str
+    """activation folder (countlens llm capture, or toy export; required)"""
     low: tuple[int, int] = LOW_WINDOW
+    """low count window, inclusive"""
     high: tuple[int, int] = HIGH_WINDOW
+    """high count window, inclusive"""
     pca_counts: tuple[int, int] | None = None
+    """counts whose centroids enter the PCA"""
     pca_locations: str | None = None
+    """locations for Figure 6, indices or names (default: embeddings, after block 1, middle block, last block)"""
 
     FIELDS: ClassVar[dict] = {"low": Window(), "high": Window(), "pca_counts": Optional(Window())}
 
@@ -108,22 +132,29 @@ class GeometryResult(Result):
     per_location: list[dict[str, Any]]
     pca: list[dict[str, Any]]
     source: dict[str, Any] = field(default_factory=dict)
+    noise: dict[str, Any] = field(default_factory=dict)
+    floor_summary: dict[str, Any] = field(default_factory=dict)
     definitions: dict[str, str] = field(default_factory=lambda: dict(GEOMETRY_DEFINITIONS))
     provenance: dict[str, Any] = field(default_factory=dict)
 
     def tables(self) -> dict[str, tuple[list[str], list[list[Any]]]]:
-        """The CSVs behind Figures 5 and 6."""
+        """The CSVs behind Figures 5 and 6, with each quantity's noise floor (empty where not computed)."""
+        fig5_keys = ("gap_ratio", "erank_ratio")
         fig5 = [[r["index"], r["name"], r["gap_ratio"], r["gap_ratio_min"], r["gap_ratio_max"], r["erank_ratio"],
-                 r["erank_ratio_min"], r["erank_ratio_max"]] for r in self.per_location]
+                 r["erank_ratio_min"], r["erank_ratio_max"], *_floor_cells(r, fig5_keys)] for r in self.per_location]
         fig6 = [[p["index"], p["name"], c, x, y] for p in self.pca
                 for c, (x, y) in zip(p["counts"], p["coords"], strict=True)]
+        pca_keys = ("count_order", "turn_angle")
+        floors6 = [[p["index"], p["name"], *(p.get(k, "") for k in pca_keys), *_floor_cells(p, pca_keys)]
+                   for p in self.pca]
         return {"figure5.csv": (["location", "name", "gap_ratio", "gap_ratio_min", "gap_ratio_max", "erank_ratio",
-                                 "erank_ratio_min", "erank_ratio_max"], fig5),
-                "figure6.csv": (["location", "name", "n", "pc1", "pc2"], fig6)}
+                                 "erank_ratio_min", "erank_ratio_max", *_floor_header(fig5_keys)], fig5),
+                "figure6.csv": (["location", "name", "n", "pc1", "pc2"], fig6),
+                "figure6_floors.csv": (["location", "name", *pca_keys, *_floor_header(pca_keys)], floors6)}
 
     @classmethod
     def file_names(cls) -> tuple[str, ...]:
-        return (cls.FILE, "figure5.csv", "figure6.csv")
+        return (cls.FILE, "figure5.csv", "figure6.csv", "figure6_floors.csv")
 
     def summary(self) -> str:
         """One console line: sizes, the largest seed-mean gap ratio and where counts do not move the vector."""
@@ -135,9 +166,27 @@ class GeometryResult(Result):
         else:
             best = "no finite gap ratio"
         flat = [location_label(r["name"]) for r in self.per_location if r["mean_gap_low"] == 0]
+        floors = ""
+        if self.floor_summary:
+            gap, rank = self.floor_summary["gap_ratio"], self.floor_summary["erank_ratio"]
+            floors = (f"; above the shuffled-label floor: gap ratio at {gap['n_above']} of {gap['n']} locations, "
+                      f"effective-rank ratio at {rank['n_above']} of {rank['n']}")
         return (f"geometry: {len(self.locations)} locations, {len(self.seeds)} seed(s), counts "
-                f"{self.counts[0]}..{self.counts[-1]}; {best}"
+                f"{self.counts[0]}..{self.counts[-1]}; {best}{floors}"
                 + (f"; counts do not move the representation at {', '.join(flat)} (ratios are nan)" if flat else ""))
+
+
+FLOOR_COLUMNS = ("shuffled_mean", "shuffled_std", "z", "above_floor", "half_a", "half_b")
+
+
+def _floor_header(keys) -> list[str]:
+    return [f"{k}_{c}" for k in keys for c in FLOOR_COLUMNS]
+
+
+def _floor_cells(entry: dict[str, Any], keys) -> list[Any]:
+    """A row's floor numbers (:data:`FLOOR_COLUMNS` of each of ``keys``), empty cells without floors."""
+    floors = entry.get("floors") or {}
+    return [floors[k][c] if k in floors else "" for k in keys for c in FLOOR_COLUMNS]
 
 
 def run_geometry(config: GeometryConfig) -> GeometryResult:
@@ -148,13 +197,21 @@ def run_geometry(config: GeometryConfig) -> GeometryResult:
         pca_locations = None if config.pca_locations is None else resolve_locations(locations, config.pca_locations)
     cs = centroids_from_capture(capture)
     pca_counts = window_within(PCA_COUNTS, cs.counts) if config.pca_counts is None else config.pca_counts
-    per_location, pca = compute_geometry(cs, config.low, config.high, pca_counts, pca_locations)
+    compute_geometry(cs, config.low, config.high, pca_counts, pca_locations)  # bad windows fail before the floors
+    specs = floor_specs(config.low, config.high, pca_counts,
+                        pca_locations if pca_locations is not None else default_pca_locations(len(locations)),
+                        len(locations))
+    replicates = replicates_from_capture(capture, specs, N_SHUFFLES, NOISE_SEED)
+    per_location, pca = compute_geometry(cs, config.low, config.high, pca_counts, pca_locations, replicates)
+    noise = {**NOISE_NOTE, "split_half": replicates[0].halves is not None,
+             "prompts_per_count": {"min": int(cs.sizes[cs.sizes > 0].min()), "max": int(cs.sizes.max())}}
     source = {"acts": config.acts, "model": capture.meta.model_id, "rows": len(capture),
               "config_names": sorted(set(capture.column("config").tolist())),
               "pairs": sorted(set(capture.column("pair").tolist()))}
     return GeometryResult(locations=list(locations), counts=cs.counts.tolist(), seeds=cs.seeds.tolist(),
                           low_window=list(config.low), high_window=list(config.high),
                           pca_counts=list(pca_counts), per_location=per_location, pca=pca, source=source,
+                          noise=noise, floor_summary=floor_summary(per_location, pca),
                           provenance=result_provenance(config))
 
 
@@ -170,12 +227,19 @@ class CompareConfig:
 
     toy: tuple[str, ...]
     acts: str
+    """LLM activation folder (countlens llm capture; required)"""
     locations: str | None = None
+    """LLM locations to compare, indices or names (default: Figure 6's four)"""
     toy_L: int | None = None
+    """toy domain n + m <= L for parameter files (default: the capture's largest count)"""
     arc_counts: tuple[int, int] | None = None
+    """counts whose end points give the endpoint angle"""
     low: tuple[int, int] = LOW_WINDOW
+    """low count window, inclusive"""
     high: tuple[int, int] = HIGH_WINDOW
+    """high count window, inclusive"""
     pca_counts: tuple[int, int] | None = None
+    """counts whose centroids enter the PCA"""
 
     FIELDS: ClassVar[dict] = {"toy_L": Optional(AtLeast(1)), "low": Window(), "high": Window(),
                               "arc_counts": Optional(Window()), "pca_counts": Optional(Window())}
@@ -205,6 +269,7 @@ class CompareResult(Result):
     arc_counts: list[int]
     pca_counts: list[int]
     probe: dict[str, Any] = field(default_factory=dict)
+    noise: dict[str, Any] = field(default_factory=dict)
     definitions: dict[str, str] = field(default_factory=lambda: dict(COMPARE_DEFINITIONS))
     provenance: dict[str, Any] = field(default_factory=dict)
     toy_L: int | None = None
@@ -220,8 +285,11 @@ class CompareResult(Result):
         """``compare.csv``: one line per source."""
         header = ["label", "kind", "location", "gap_ratio", "erank_ratio", "arc_angle", "probe_norm",
                   "probe_best_acc", "probe_norm_at_best", "readout_norm", "readout_passed"]
-        return {"compare.csv": (header, [[r.get(k) if r.get(k) is not None else "" for k in header]
-                                         for r in self.rows])}
+        keys = ("gap_ratio", "erank_ratio", "count_order")
+        return {"compare.csv": (header + ["count_order", *_floor_header(keys)],
+                                [[r.get(k) if r.get(k) is not None else "" for k in header]
+                                 + [r.get("pca", {}).get("count_order", ""), *_floor_cells(r, keys)]
+                                 for r in self.rows])}
 
     @classmethod
     def file_names(cls) -> tuple[str, ...]:
@@ -256,12 +324,12 @@ def run_compare(config: CompareConfig, work_dir: str | os.PathLike) -> CompareRe
     for label, path, readout, toy, tlocs, tcs in toys:
         li = len(tlocs) - 1  # the toy's read-out representation is its last location
         with _toy_domain(label, max(hi for _, hi in windows.values())):
-            metrics = source_metrics(tcs, li, toy.acts(li), toy.counts(), **windows)
+            metrics = source_metrics(tcs, li, toy.acts(li), toy.counts(), **windows, groups=_seeds(toy))
         rows.append({"label": label, "kind": "toy", "source": str(path), "location": tlocs[li], **metrics,
                      **readout})
     model = capture.meta.model_id or "LLM"
     for li in llm_locations:
-        metrics = source_metrics(llm_cs, li, capture.acts(li), capture.counts(), **windows)
+        metrics = source_metrics(llm_cs, li, capture.acts(li), capture.counts(), **windows, groups=_seeds(capture))
         rows.append({"label": f"LLM {location_label(locations[li])}", "kind": "llm", "source": config.acts,
                      "location": locations[li], "model": model, **metrics,
                      "readout_norm": None, "readout_passed": None})
@@ -270,7 +338,12 @@ def run_compare(config: CompareConfig, work_dir: str | os.PathLike) -> CompareRe
              "criterion": "smallest native norm whose validation rounded accuracy == 1"}
     return CompareResult(rows=rows, low_window=list(windows["low"]), high_window=list(windows["high"]),
                          arc_counts=list(windows["arc_counts"]), pca_counts=list(windows["pca_counts"]), probe=probe,
-                         provenance=result_provenance(config), toy_L=toy_L)
+                         noise=dict(NOISE_NOTE), provenance=result_provenance(config), toy_L=toy_L)
+
+
+def _seeds(capture: Capture) -> np.ndarray | None:
+    """The seed of every row (the strata the noise floors shuffle within), None without a seed column."""
+    return capture.column("seed") if "seed" in capture.columns else None
 
 
 @contextmanager

@@ -13,7 +13,7 @@ import numpy as np
 
 from countlens.core.io import save_figure
 from countlens.core.locations import location_label
-from countlens.core.report import Page, Section, location_cell, table
+from countlens.core.report import Page, Section, finite, location_cell, table
 
 
 def plot_figure5(result):
@@ -24,7 +24,8 @@ def plot_figure5(result):
 
     rows = result.per_location
     x = np.array([r["index"] for r in rows])
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    fig, ax = plt.subplots(figsize=(6.4, 4.8))
+    z = float((getattr(result, "noise", None) or {}).get("z_above", 3.0))
     for key, colour, label in (("gap_ratio", "tab:blue", "adjacent-centroid gap ratio"),
                                ("erank_ratio", "tab:red", "effective-rank ratio")):
         label += " (per-seed centroids, mean over seeds)"
@@ -33,15 +34,38 @@ def plot_figure5(result):
         hi = np.array([r[f"{key}_max"] for r in rows], dtype=float)
         ax.plot(x, mean, color=colour, marker="o", ms=3, label=label)
         ax.fill_between(x, lo, hi, color=colour, alpha=0.2, lw=0)
+        floors = [r.get("floors", {}).get(key) for r in rows]
+        if any(f is not None for f in floors):
+            fm = np.array([np.nan if f is None else float(f["shuffled_mean"]) for f in floors])
+            fs = np.array([np.nan if f is None else float(f["shuffled_std"]) for f in floors])
+            ax.plot(x, fm, color=colour, ls=":", lw=1, label=f"shuffled labels: mean ± {z:g} std")
+            ax.fill_between(x, fm - z * fs, fm + z * fs, facecolor="none", edgecolor=colour, hatch="///",
+                            alpha=0.35, lw=0)
+            for half, marker in (("half_a", "1"), ("half_b", "2")):
+                hv = np.array([np.nan if f is None else float(f[half]) for f in floors])
+                if np.any(np.isfinite(hv)):
+                    ax.plot(x, hv, ls="none", marker=marker, ms=5, color=colour, alpha=0.7,
+                            label="split halves" if half == "half_a" else None)
     ax.axhline(1.0, color="0.4", ls="--", lw=1)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     hw, lw = result.high_window, result.low_window
     ax.set_xlabel("residual location (0 = embeddings, ℓ = after block ℓ)")
     ax.set_ylabel(f"ratio: counts ${hw[0]}$–${hw[1]}$ / counts ${lw[0]}$–${lw[1]}$")
     ax.set_title(f"Layerwise count geometry ({len(result.seeds)} seed(s): seed mean, range shaded)", fontsize=10)
-    ax.legend(frameon=False, fontsize=8)
+    ax.legend(frameon=False, fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.2))
     fig.tight_layout()
     return fig
+
+
+def floor_text(name: str, floor: dict | None, fmt: str = ".2f") -> str:
+    """One line: a quantity, its shuffled-label floor, its halves and whether it stands above the floor."""
+    if not floor:
+        return ""
+    value, m, sd = (float(floor[k]) for k in ("value", "shuffled_mean", "shuffled_std"))
+    halves = (f"; halves {float(floor['half_a']):{fmt}}/{float(floor['half_b']):{fmt}}"
+              if np.isfinite(float(floor["half_a"])) else "")
+    verdict = "above floor" if floor["above_floor"] in (True, "True", "true") else "within floor"
+    return f"{name} {value:{fmt}} (shuffled {m:{fmt}}±{sd:{fmt}}{halves}): {verdict}"
 
 
 def plot_pca_panels(panels, titles, suptitle: str | None = None):
@@ -69,6 +93,13 @@ def plot_pca_panels(panels, titles, suptitle: str | None = None):
         ax.set_xlabel(f"PC1 ({100 * ev[0]:.0f}%)", fontsize=8)
         ax.set_ylabel(f"PC2 ({100 * ev[1]:.0f}%)", fontsize=8)
         ax.tick_params(labelsize=7)
+        floors = panel.get("floors") or {}
+        lines = [floor_text("PC1 order |ρ|", floors.get("count_order")),
+                 floor_text("turn (°)", floors.get("turn_angle"), ".0f")]
+        if any(lines):  # below the axis label: what the panel's shape is worth against noise
+            ax.annotate("\n".join(line for line in lines if line), (0.5, 0), xycoords="axes fraction",
+                        xytext=(0, -30), textcoords="offset points", ha="center", va="top", fontsize=5.5,
+                        color="0.2")
     fig.colorbar(sc, ax=list(axes[0]), label="count $n$", shrink=0.9)
     if suptitle:
         fig.suptitle(suptitle, fontsize=10)
@@ -105,6 +136,10 @@ def plot_compare(result):
                         s=8)
         ax.plot(coords[:, 0], coords[:, 1], color="0.7", lw=0.5, zorder=0)
         ax.set_title(row["label"], fontsize=8, color="tab:orange" if row["kind"] == "toy" else "tab:purple")
+        order = floor_text("PC1 order |ρ|", (row.get("floors") or {}).get("count_order"))
+        if order:
+            ax.text(0.02, 0.98, order.replace(" (", "\n("), transform=ax.transAxes, va="top", fontsize=5,
+                    color="0.2")
         ax.set_xlabel(f"PC1 ({100 * ev[0]:.0f}%)", fontsize=7)
         ax.set_ylabel(f"PC2 ({100 * ev[1]:.0f}%)", fontsize=7)
         ax.tick_params(labelsize=6)
@@ -146,7 +181,14 @@ def plot_compare(result):
             ax.text(0.02, yi, text, va="center", fontsize=6, transform=ax.get_yaxis_transform(), color="0.3")
         if key in ("gap_ratio", "erank_ratio"):
             ax.axvline(1.0, color="0.4", ls="--", lw=1)
-        shown = np.concatenate([vals[finite], [0.0]])
+            for yi, row in zip(y, rows, strict=True):  # the shuffled-label floor: mean ± 3 std, grey
+                f = (row.get("floors") or {}).get(key)
+                if f is not None and np.isfinite(float(f["shuffled_mean"])):
+                    m, sd = float(f["shuffled_mean"]), float(f["shuffled_std"])
+                    ax.errorbar(m, yi + 0.3, xerr=3 * sd if np.isfinite(sd) else None, fmt="o", ms=2.5,
+                                color="0.35", lw=0.8, capsize=2, zorder=4)
+                    vals = np.append(vals, m + 3 * sd if np.isfinite(sd) else m)
+        shown = np.concatenate([vals[np.isfinite(vals)], [0.0]])
         if key == "probe_norm":
             shown = np.concatenate([shown, [float(r["readout_norm"]) for r in rows if r.get("readout_norm")]])
         ax.set_xlim(0.0, float(np.max(shown)) * 1.2 or 1.0)
@@ -157,7 +199,8 @@ def plot_compare(result):
         ax.tick_params(axis="x", labelsize=7)
     bottom_fig.text(0.5, 0.0, "centroids pooled over seeds; a toy's centroid for count $n$ is the mean of "
                               "$h(n, m)$ over every $m$ with $n + m \\leq L$ (not the letter-free slice of "
-                              "Figure 1)", ha="center", va="bottom", fontsize=7, color="0.3")
+                              "Figure 1); grey: the ratio with the count labels shuffled, mean ± 3 std",
+                    ha="center", va="bottom", fontsize=7, color="0.3")
     fig.suptitle("Toy (orange) vs LLM (purple): count geometry and probe cost", fontsize=10)
     return fig
 
@@ -175,6 +218,26 @@ def draw_compare(result, folder: str | os.PathLike) -> list[Path]:
 
 # ----------------------------------------------------------------------- report views
 
+def _floor_cell(page: Page, rel: str, *keys) -> str:
+    """A floor as one cell: shuffled mean ± std, z, above or not, and the split halves (spans of ``rel``)."""
+    if not page.has(rel, *keys, "shuffled_mean"):
+        return "—"
+    halves = (f"; halves {page.v(rel, *keys, 'half_a')} / {page.v(rel, *keys, 'half_b')}"
+              if finite(page.get(rel, *keys, "half_a")) else "")
+    return (f"{page.v(rel, *keys, 'shuffled_mean')} ± {page.v(rel, *keys, 'shuffled_std')} (z "
+            f"{page.v(rel, *keys, 'z')}, above: {page.v(rel, *keys, 'above_floor')}){halves}")
+
+
+def _floor_sentence(page: Page, rel: str, key: str, what: str) -> str:
+    """``what`` stands above its floor at N of M locations (names), from ``floor_summary``."""
+    if not page.has(rel, "floor_summary", key, "n_above"):
+        return ""
+    where = page.values(rel, "floor_summary", key, "above", limit=8)
+    return (f"{what} stands above its shuffled-label floor (|z| ≥ {page.v(rel, 'floor_summary', key, 'z_above')}) "
+            f"at {page.v(rel, 'floor_summary', key, 'n_above')} of {page.v(rel, 'floor_summary', key, 'n')} "
+            f"locations{': ' + where if where else ''}. ")
+
+
 def geometry_view(page: Page, s: Section) -> None:
     """The report's table for a :class:`~countlens.analysis.experiments.GeometryResult` (``s.result``)."""
     rel = s.rel
@@ -183,8 +246,10 @@ def geometry_view(page: Page, s: Section) -> None:
         loc = ("per_location", i)
         rows.append([location_cell(page, rel, *loc), page.v(rel, *loc, "name"), page.v(rel, *loc, "gap_ratio"),
                      f"{page.v(rel, *loc, 'gap_ratio_min')} – {page.v(rel, *loc, 'gap_ratio_max')}",
+                     _floor_cell(page, rel, *loc, "floors", "gap_ratio"),
                      page.v_or_dash(rel, *loc, "gap_ratio_pooled"), page.v(rel, *loc, "erank_ratio"),
                      f"{page.v(rel, *loc, 'erank_ratio_min')} – {page.v(rel, *loc, 'erank_ratio_max')}",
+                     _floor_cell(page, rel, *loc, "floors", "erank_ratio"),
                      page.v_or_dash(rel, *loc, "erank_ratio_pooled")])
     page.caption(
         f"High window {page.v(rel, 'high_window', 0)}–{page.v(rel, 'high_window', 1)} over low window "
@@ -194,8 +259,39 @@ def geometry_view(page: Page, s: Section) -> None:
         "The pooled ratios (centroids over all seeds, one ratio) are what the toy-vs-LLM comparison uses; the "
         "two differ because a mean of ratios is not a ratio of means. At the embeddings every prompt's "
         "boundary token is the same, so there is no geometry (nan).")
-    page.add(table(["location", "name", "gap ratio, seed-mean", "seed range", "gap ratio, pooled",
-                    "effective-rank ratio, seed-mean", "seed range", "effective-rank ratio, pooled"], rows, left=2))
+    if page.has(rel, "floor_summary"):
+        page.caption(
+            "Noise floor: each ratio beside the same ratio with the count labels shuffled among the prompts of "
+            f"each seed ({page.v(rel, 'noise', 'n_shuffles')} shuffles: mean ± std, z = (value − mean) / std; "
+            f"Figure 5 hatches mean ± {page.v(rel, 'noise', 'z_above')} std) and of two disjoint halves of every count's prompts ("
+            f"{page.v(rel, 'noise', 'prompts_per_count', 'min')}–{page.v(rel, 'noise', 'prompts_per_count', 'max')} "
+            "prompts per seed and count here). "
+            + _floor_sentence(page, rel, "gap_ratio", "The gap ratio (seed mean)")
+            + _floor_sentence(page, rel, "erank_ratio", "The effective-rank ratio (seed mean)")
+            + "Where a ratio stays within its floor, its centroids' gaps are those of the prompts' own variation, "
+            "not of the count; a ratio above its floor says the count (or anything that varies with it, such as "
+            "the prompt's length or its noise level) moves the centroids, not that the geometry is the paper's.")
+        page.caption(
+            "Figure 6 (PCA of the centroids over the PCA counts): "
+            + _floor_sentence(page, rel, "count_order", "How well the first principal axis orders the counts "
+                                                         "(|Spearman ρ|)")
+            + _floor_sentence(page, rel, "turn_angle", "The mean turn between successive centroid steps")
+            + f"Independent noise turns by {page.v(rel, 'noise', 'noise_turn_angle')}° per step and orders the "
+            "counts by chance only; a panel whose order and turn stay within their floors draws noise, whatever "
+            "its shape.")
+        pca_rows = [[location_cell(page, rel, "pca", i), page.v(rel, "pca", i, "name"),
+                     page.v(rel, "pca", i, "count_order"), _floor_cell(page, rel, "pca", i, "floors", "count_order"),
+                     page.v(rel, "pca", i, "turn_angle"), _floor_cell(page, rel, "pca", i, "floors", "turn_angle")]
+                    for i in range(len(s.result.pca)) if page.has(rel, "pca", i, "floors")]
+    else:
+        pca_rows = []
+    page.add(table(["location", "name", "gap ratio, seed-mean", "seed range", "its shuffled-label floor",
+                    "gap ratio, pooled", "effective-rank ratio, seed-mean", "seed range",
+                    "its shuffled-label floor", "effective-rank ratio, pooled"], rows, left=2))
+    if pca_rows:
+        page.add(table(["PCA location", "name", "count order along the first principal axis, |ρ|", "its floor",
+                        "turn angle (°)",
+                        "its floor"], pca_rows, left=2))
 
 
 def compare_view(page: Page, s: Section) -> None:
@@ -212,10 +308,16 @@ def compare_view(page: Page, s: Section) -> None:
         own = (f"{page.v(rel, *row, 'readout_norm')} (passes the check: {page.v_or_dash(rel, *row, 'readout_passed')})"
                if r.get("readout_norm") is not None else "—")
         rows.append([page.v(rel, *row, "label"), page.v(rel, *row, "kind"), page.v(rel, *row, "gap_ratio"),
-                     page.v(rel, *row, "erank_ratio"), page.v(rel, *row, "arc_angle"),
+                     _floor_cell(page, rel, *row, "floors", "gap_ratio"),
+                     page.v(rel, *row, "erank_ratio"), _floor_cell(page, rel, *row, "floors", "erank_ratio"),
+                     page.v_or_dash(rel, *row, "pca", "count_order"),
+                     _floor_cell(page, rel, *row, "floors", "count_order"), page.v(rel, *row, "arc_angle"),
                      page.v_or_dash(rel, *row, "probe_best_acc"), page.v_or_dash(rel, *row, "probe_norm_at_best"),
                      probe, own])
-    page.add(table(["source", "kind", "gap ratio, pooled", "effective-rank ratio, pooled", "endpoint angle (rad)",
+    page.add(table(["source", "kind", "gap ratio, pooled", "its shuffled-label floor", "effective-rank ratio, pooled",
+                    "its shuffled-label floor", "PCA: count order along the first axis, |ρ|",
+                    "its shuffled-label floor",
+                    "endpoint angle (rad)",
                     "probe test accuracy (validation-selected α)", "its native norm",
                     "smallest native norm exact on validation rows", "toy's own read-out norm"], rows, left=2))
     fractions = (f" (train / validation / test {page.v(rel, 'probe', 'fractions', 0)} / "
@@ -235,11 +337,30 @@ def compare_view(page: Page, s: Section) -> None:
         "the toy panels need not look like Figure 1's letter-free slice (linear and softmax zig-zag where the "
         "distractors move the centroid); the learned post-LN construction reads its arc through a gain with "
         "one non-zero coordinate, so its h lies on a line (endpoint angle zero).")
+    verdicts = []
+    for i, r in enumerate(s.result.rows):
+        floors = r.get("floors") or {}
+        if not floors:
+            continue
+        parts = [f"{name} {'above' if floors[key]['above_floor'] else 'within'} its floor (z "
+                 f"{page.v(rel, 'rows', i, 'floors', key, 'z')})"
+                 for key, name in (("gap_ratio", "gap ratio"), ("erank_ratio", "effective-rank ratio"),
+                                   ("count_order", "count order")) if key in floors]
+        verdicts.append(f"<li>{page.v(rel, 'rows', i, 'label')}: {', '.join(parts)}</li>")
+    if verdicts:
+        page.caption(
+            "Noise floor: each source's ratios and PCA count order beside the same quantity with the count labels "
+            "shuffled among its rows (within each seed; mean ± std over "
+            f"{page.v_or_dash(rel, 'noise', 'n_shuffles')} shuffles) and of two disjoint halves of every count's "
+            f"rows; a value stands above its floor when |z| ≥ {page.v_or_dash(rel, 'noise', 'z_above')}. A toy's rows are its (n, m) pairs, exact and "
+            "noise-free, so its floor only says what a count-blind centroid set of the same sizes would give; "
+            "an LLM value within its floor is the prompts' variation, and its match to a toy says nothing.")
+        page.add(f"<ul>{''.join(verdicts)}</ul>")
     closest = "".join(f"<li>{page.k(rel, 'closest_toy', k)} resembles toy {page.v(rel, 'closest_toy', k)}</li>"
                       for k in s.result.closest_toy())
     if closest:
         page.add(f"<p>Nearest toy by gap and effective-rank ratios:</p><ul>{closest}</ul>")
 
 
-__all__ = ["plot_figure5", "plot_figure6", "plot_pca_panels", "plot_compare", "draw_geometry", "draw_compare",
+__all__ = ["plot_figure5", "plot_figure6", "floor_text", "plot_pca_panels", "plot_compare", "draw_geometry", "draw_compare",
            "geometry_view", "compare_view"]

@@ -172,6 +172,35 @@ def pca_2d(C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return coords, explained
 
 
+def count_order(C: np.ndarray, counts: np.ndarray) -> float:
+    """How well the first principal axis orders the counts: ``|Spearman ρ|`` between the rows' PC1
+    coordinates (:func:`pca_2d` of ``C`` (k, d)) and ``counts`` (k,); 1 when PC1 sorts the counts, about
+    ``1/sqrt(k-1)`` for centroids that hold no count (nan for fewer than 3 rows or an all-equal PC1)."""
+    counts = np.asarray(counts, dtype=np.float64)
+    if len(counts) < 3:
+        return float("nan")
+    pc1 = pca_2d(C)[0][:, 0]
+    if np.ptp(pc1) == 0:
+        return float("nan")
+    a = np.argsort(np.argsort(pc1, kind="stable"), kind="stable").astype(np.float64)  # ranks (k,)
+    b = np.argsort(np.argsort(counts, kind="stable"), kind="stable").astype(np.float64)
+    a, b = a - a.mean(), b - b.mean()
+    return float(abs(a @ b) / np.sqrt((a @ a) * (b @ b)))
+
+
+def turn_angle(C: np.ndarray) -> float:
+    """Mean angle in degrees between successive centroid steps ``c_{j+1} - c_j`` and ``c_{j+2} - c_{j+1}``
+    of ``C`` (k, d), k >= 3: near 0 along a smooth curve, 120 for centroids that are independent noise
+    around one point (two steps sharing a noisy centroid have cosine -1/2), nan where a step is zero."""
+    steps = np.diff(np.asarray(C, dtype=np.float64), axis=0)  # (k-1, d)
+    norms = np.linalg.norm(steps, axis=1)
+    if len(steps) < 2 or np.any(norms == 0):
+        return float("nan")
+    u = steps / norms[:, None]
+    cos = np.clip(np.sum(u[:-1] * u[1:], axis=1), -1.0, 1.0)
+    return float(np.degrees(np.arccos(cos)).mean())
+
+
 def endpoint_angle(counts: np.ndarray, C: np.ndarray, span=ARC_COUNTS) -> float:
     """The *endpoint angle*: radians, seen from the origin, between the centroids of the first and last
     count of ``span`` (the comparison's ``arc_angle`` column); nan when either centroid is zero.
@@ -196,5 +225,5 @@ def endpoint_angle(counts: np.ndarray, C: np.ndarray, span=ARC_COUNTS) -> float:
 __all__ = [
     "LOW_WINDOW", "HIGH_WINDOW", "PCA_COUNTS", "ARC_COUNTS", "describe_counts", "window_within", "window_rows",
     "grouped_sums", "count_centroids", "adjacent_gaps", "mean_gap", "gap_ratio", "effective_rank", "erank_ratio",
-    "pca_2d", "endpoint_angle",
+    "pca_2d", "count_order", "turn_angle", "endpoint_angle",
 ]

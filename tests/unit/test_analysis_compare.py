@@ -110,3 +110,36 @@ def test_compare_figure_shows_zero_angles_axes_and_what_was_tried():
         points = probe.transData.transform([(float(r["readout_norm"]), i) for i, r in
                                             enumerate(_compare_result().rows) if r["readout_norm"]])
         assert not any(box.contains(x, y) for x, y in points)
+
+
+def test_source_floors_match_a_by_hand_loop_and_separate_signal_from_noise():
+    """Issue 45: the comparison's floors (pooled gap ratio, erank ratio, PCA count order) equal a loop over the
+    same shuffled labels, and a planted count code stands above them where noise does not."""
+    import pytest
+
+    from countlens.analysis import geometry as g
+    from countlens.analysis import noise
+    from countlens.analysis.compare import source_floors
+
+    rng = np.random.default_rng(11)
+    n = np.repeat(np.arange(1, 31), 4)
+    groups = np.tile([0, 1], len(n) // 2)
+    phase = (n / 8.0)[:, None] ** 2 * rng.uniform(0.3, 1.5, size=10)
+    signal = np.concatenate([np.cos(phase), np.sin(phase)], axis=1)
+    windows = {"low": (1, 8), "high": (23, 30), "pca_counts": (1, 30)}
+    for scale, above in ((3.0, True), (0.0, False)):
+        X = rng.normal(size=(len(n), 20)) + scale * signal
+        counts, C = g.count_centroids(X, n)
+        floors = source_floors(counts, C, X, n, groups=groups, n_shuffles=6, **windows)
+        labels = noise.shuffled_labels(n, 6, noise.NOISE_SEED, groups=groups)
+        by_hand = []
+        for lab in labels:
+            Cs = np.stack([X[lab == c].mean(axis=0) for c in range(1, 31)])
+            lo = np.mean([np.linalg.norm(Cs[k + 1] - Cs[k]) for k in range(0, 7)])
+            hi = np.mean([np.linalg.norm(Cs[k + 1] - Cs[k]) for k in range(22, 29)])
+            by_hand.append(hi / lo)
+        assert floors["gap_ratio"]["shuffled_mean"] == pytest.approx(np.mean(by_hand), rel=1e-10)
+        assert floors["gap_ratio"]["shuffled_std"] == pytest.approx(np.std(by_hand, ddof=1), rel=1e-8)
+        assert floors["count_order"]["value"] == pytest.approx(g.count_order(C, counts), rel=1e-12)
+        assert floors["gap_ratio"]["above_floor"] is above and floors["count_order"]["above_floor"] is above
+        assert np.isfinite(floors["erank_ratio"]["half_a"])  # two prompts per seed and count: halves exist

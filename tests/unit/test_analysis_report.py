@@ -95,3 +95,27 @@ def test_the_check_catches_a_ratio_that_is_not_the_jsons(tmp_path):
     except AssertionError:
         return
     raise AssertionError("a changed ratio went unnoticed")
+
+
+def test_geometry_floors_and_their_verdicts_come_from_the_json(tmp_path):
+    """Issue 45: Figure 5's and 6's noise floors are shown beside the ratios, each caption saying where a value
+    stands above its floor, every number a span of geometry.json."""
+    from countlens.analysis.experiments import GeometryConfig, run_geometry
+    from tests.helpers.captures import write_capture
+
+    _fake_report(tmp_path)
+    write_capture(tmp_path / "acts", range(0, 21))
+    result = run_geometry(GeometryConfig(tmp_path / "acts", low=(1, 5), high=(15, 20), pca_counts=(1, 20)))
+    result.save(tmp_path / "geometry")
+    text = _render(tmp_path)
+    parser = check_report(tmp_path, text)
+    shown = {(rel, tuple(keys)) for rel, keys, _ in parser.values}
+    rel = "geometry/geometry.json"
+    assert (rel, ("per_location", 2, "floors", "gap_ratio", "shuffled_mean")) in shown
+    assert (rel, ("per_location", 2, "floors", "erank_ratio", "half_b")) in shown
+    assert (rel, ("pca", 1, "floors", "count_order", "z")) in shown
+    assert (rel, ("floor_summary", "gap_ratio", "n_above")) in shown
+    assert (rel, ("floor_summary", "count_order", "n_above")) in shown
+    assert "stands above its shuffled-label floor" in text and ">120</span>°" in text
+    # The synthetic count curve is ordered along PC1 at every PCA location: the caption names them all.
+    assert result.floor_summary["count_order"]["n_above"] == 4
