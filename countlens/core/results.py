@@ -113,6 +113,36 @@ class Result:
             path = path / cls.FILE
         return cls.from_dict(read_json(path, f"{cls.FILE.removesuffix('.json')} file"))
 
+    def summary_rows(self) -> list[tuple[str, str]]:
+        """The short summary a notebook shows (:meth:`_repr_markdown_`): ``(field, value)`` rows — each
+        number, string or flag field as it is, each list or mapping as its length, a nested dataclass by its
+        own first scalars (one level), the provenance left out — and ``summary`` first where the result has one."""
+        rows: list[tuple[str, str]] = []
+        own = getattr(self, "summary", None)
+        if callable(own):
+            rows.append(("summary", str(own())))
+        for f in dataclasses.fields(self) if dataclasses.is_dataclass(self) else ():
+            if f.name == "provenance":
+                continue
+            rows.extend(_summary_cells(f.name, getattr(self, f.name), nested=True))
+        return rows
+
+    def _repr_markdown_(self) -> str:
+        """A short Markdown table of :meth:`summary_rows` (Jupyter shows it when a cell ends with a result)."""
+        lines = [f"**{type(self).__name__}** (`{self.FILE}`, written by `{self.COMMAND}`)", "",
+                 "| field | value |", "|---|---|"]
+        lines += [f"| {k} | {_md_cell(v)} |" for k, v in self.summary_rows()]
+        return "\n".join(lines) + "\n"
+
+    def _repr_html_(self) -> str:
+        """The same table as :meth:`_repr_markdown_`, as HTML."""
+        import html
+
+        cells = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td style='text-align:left'>"
+                        f"{html.escape(v)}</td></tr>" for k, v in self.summary_rows())
+        return (f"<div><b>{html.escape(type(self).__name__)}</b> (<code>{html.escape(self.FILE)}</code>, "
+                f"written by <code>{html.escape(self.COMMAND)}</code>)<table>{cells}</table></div>")
+
 
 # ---------------------------------------------------------------------------------------- typed rebuild
 
@@ -165,6 +195,35 @@ def _value(hint: Any, value: Any) -> Any:
     if hint is Path and isinstance(value, str):
         return Path(value)
     return value
+
+
+_SHORT = 120  # characters of one summary cell
+_NESTED = 6  # rows of one nested dataclass
+
+
+def _summary_cells(name: str, value: Any, nested: bool) -> list[tuple[str, str]]:
+    """:meth:`Result.summary_rows` of one field."""
+    if isinstance(value, bool) or value is None or isinstance(value, (int, float, str, Path)):
+        text = f"{value:.6g}" if isinstance(value, float) else str(value)
+        return [(name, text if len(text) <= _SHORT else text[: _SHORT - 1] + "…")]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if not nested:
+            return [(name, type(value).__name__)]
+        cells = [cell for f in dataclasses.fields(value) if f.name not in ("record", "settings", "provenance")
+                 for cell in _summary_cells(f"{name}.{f.name}", getattr(value, f.name), nested=False)]
+        return cells if len(cells) <= _NESTED else [*cells[:_NESTED], (f"{name}.…", f"{len(cells) - _NESTED} more")]
+    if isinstance(value, (list, tuple, dict)):
+        kind = "entries" if isinstance(value, dict) else "items"
+        if isinstance(value, (list, tuple)) and value and all(isinstance(v, (int, float, str)) for v in value) \
+                and len(value) <= 8:
+            return [(name, ", ".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in value))]
+        return [(name, f"{len(value)} {kind}")]
+    shape = getattr(value, "shape", None)
+    return [(name, f"array of shape {tuple(shape)}" if shape is not None else type(value).__name__)]
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def _nonfinite(value: Any) -> Any:

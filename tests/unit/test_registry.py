@@ -106,10 +106,11 @@ def test_a_result_without_a_declared_figure_says_so():
 
 
 def _readme_table() -> list[list[str]]:
-    """The rows of the README's figure table (Layout): cells without their backticks."""
+    """The rows of the figure table of the code's layout (docs/architecture.md, once the README's Layout
+    section): cells without their backticks."""
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    text = (Path(__file__).resolve().parents[2] / "docs" / "architecture.md").read_text(encoding="utf-8")
     start = text.index("| Table / figure |")
     rows = []
     for line in text[start:].splitlines()[2:]:
