@@ -4,8 +4,10 @@
 Grouped by concern: :mod:`.models` (resolve, convert, load), :mod:`.prompts`, :mod:`.answers` (the model's
 own answer and its distribution), :mod:`.hooks` (the one hook-site registry), and one folder per experiment
 with its figure beside it — :mod:`.capture`, :mod:`.patching` (Figure 9a), :mod:`.steering` (9b),
-:mod:`.positions` (11), :mod:`.heads` (12), :mod:`.lens` (13). Nothing here imports torch or transformers
-until it is used.
+:mod:`.positions` (11), :mod:`.heads` (12), :mod:`.lens` (13), :mod:`.components` (14), :mod:`.attribution`
+(15), :mod:`.diagnosis` (where the answer goes wrong, from the lenses and components), and :mod:`.organisms`
+(chat models trained to count with a planted circuit, their checks, and their scaling against L). Nothing
+here imports torch or transformers until it is used.
 """
 
 from countlens.core.capture import Capture, CaptureMeta, open_capture  # noqa: F401

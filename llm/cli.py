@@ -1,7 +1,8 @@
 """``countlens llm``: the area of the chat-model commands. Each experiment folder's command module adds its own
-subcommands (``register(sub)``), found through the experiments' declarations: capture, prompts and pairs
-(:mod:`countlens.llm.capture.cli`), patch
-(:mod:`countlens.llm.patching.cli`), steer, heads and lens.
+subcommands (``register(sub)``), found through the experiments' declarations (their ``cli``): capture, prompts
+and pairs (:mod:`countlens.llm.capture.cli`), patch (Figures 9a and 11, :mod:`countlens.llm.patching.cli`),
+steer (9b), heads (12), lens (13), components (14), attribution (15), diagnose, and whatever a new experiment
+declares. The model organism's commands are ``countlens organism`` (:mod:`countlens.llm.organisms.cli`).
 """
 
 from __future__ import annotations

@@ -12,7 +12,16 @@ from pathlib import Path
 
 import numpy as np
 
-from countlens.core.args import HelpFormatter, add_common_options, parse_float_list, parse_int_list
+from countlens.core.args import (
+    HelpFormatter,
+    Option,
+    add_common_options,
+    add_config_options,
+    config_values,
+    numbers_text,
+    parse_float_list,
+    parse_int_list,
+)
 from countlens.core.errors import ConfigError, UsageError, about, literal
 from countlens.core.io import read_json
 
@@ -57,9 +66,18 @@ def _alphas(text: str | None, default) -> tuple[float, ...]:
     return tuple(np.logspace(np.log10(lo), np.log10(hi), k).tolist())
 
 
+def _probe_options(grid, values) -> dict[str, Option]:
+    """How ``probe`` writes the settings whose text is its own: the α grid as ``lo:hi:count`` (``grid``, whose
+    values are ``values``), the split as ``--split``."""
+    return {"alphas": Option("alphas", parse=lambda text, field: _alphas(text, ()),
+                             text=lambda v: _grid_text(grid) if tuple(v) == tuple(values) else numbers_text(v)),
+            "fractions": Option("fractions", alias="--split", text=numbers_text,
+                                parse=lambda text, field: tuple(parse_float_list(text, field)))}
+
+
 def register(subparsers) -> None:
-    from countlens.probes.probe import DEFAULT_BLAS_THREADS, DEFAULT_POSITION_BUCKETS, DEFAULT_SEEDS
-    from countlens.probes.ridge import DEFAULT_ALPHA_GRID
+    from countlens.probes.probe import DEFAULT_BLAS_THREADS, DEFAULT_SEEDS, ProbeConfig
+    from countlens.probes.ridge import DEFAULT_ALPHA_GRID, DEFAULT_ALPHAS
     from countlens.probes.splits import DEFAULT_FRACTIONS
     from countlens.probes.sweep import DEFAULT_SWEEP_ALPHA_GRID
 
@@ -77,13 +95,10 @@ def register(subparsers) -> None:
     required.add_argument("--acts", metavar="DIR",
                           help="activation folder (from `countlens llm capture` or `probe toy-acts`; required)")
     required.add_argument("--out", metavar="DIR", help="output folder (required)")
-    parser.add_argument("--locations", default=None,
-                        help="names or indices, comma-separated, or a range like 0:10 (default: all)")
-    parser.add_argument("--alphas", default=None,
-                        help="ridge penalties on the standardised design: lo:hi:count log grid or comma list "
-                             f"(default: {_grid_text(DEFAULT_ALPHA_GRID)})")
-    parser.add_argument("--seeds", default=seeds_text, help="split seeds, comma-separated")
-    parser.add_argument("--split", dest="fractions", default=split_text, help="train,validation,test fractions")
+    # The settings are left None unless given, so that `probe --seeds 0 sweep ...` reaches the sweep.
+    options = _probe_options(DEFAULT_ALPHA_GRID, DEFAULT_ALPHAS)
+    add_config_options(parser, ProbeConfig, ("locations", "alphas", "seeds", "fractions"), options=options,
+                       unset=True)
     parser.add_argument("--no-standardize", dest="standardize", action="store_false",
                         help="fit on raw activations instead of per-dimension z-scores (default: standardise)")
     parser.add_argument("--classifier", action="store_true",
@@ -92,17 +107,9 @@ def register(subparsers) -> None:
     parser.add_argument("--classifier-C", dest="classifier_C", default="1",
                         help="inverse L2 strength of that classifier, or a comma list chosen on validation "
                              "accuracy")
-    parser.add_argument("--figure-locations", default=None,
-                        help="locations drawn in Figure 7 (default: the best by validation accuracy)")
-    parser.add_argument("--blas-threads", type=int, default=DEFAULT_BLAS_THREADS,
-                        help="BLAS threads for each location's decompositions, 0 = the process default "
-                             "(BENCHMARKS.md measures why one)")
-    parser.add_argument("--target", default="n",
-                        help="what the probes read: n (the count, at the boundary: Figure 7) or running_count "
-                             "(the count so far at every item of an items capture: Figure 10)")
-    parser.add_argument("--position-buckets", dest="position_buckets", type=int, default=DEFAULT_POSITION_BUCKETS,
-                        help="with --target running_count: buckets of relative position in the list, "
-                             "item k / (n + m)")
+    add_config_options(parser, ProbeConfig, ("figure_locations", "blas_threads", "target", "position_buckets"),
+                       unset=True, helps={"blas_threads": "BLAS threads for each location's decompositions, 0 = the "
+                                                          "process default (BENCHMARKS.md measures why one)"})
     add_common_options(parser, "quiet")
     parser.set_defaults(func=cmd_probe)
     sub = parser.add_subparsers(dest="probe_command", metavar="{sweep,toy-acts,redraw}",
@@ -163,16 +170,14 @@ def _require(args, *names: str) -> None:
 def cmd_probe(args) -> int:
     from countlens.probes.figures import draw_probes
     from countlens.probes.probe import ProbeConfig, run_probes
-    from countlens.probes.ridge import DEFAULT_ALPHAS
 
     _require(args, "acts", "out")
+    values = config_values(args)
+    if values.get("blas_threads") == 0:  # the process's own count
+        values["blas_threads"] = None
     classifier_C = parse_float_list(args.classifier_C, "classifier_C")
-    config = ProbeConfig(acts=args.acts, locations=args.locations, alphas=_alphas(args.alphas, DEFAULT_ALPHAS),
-                         seeds=parse_int_list(args.seeds, "seeds"),
-                         fractions=parse_float_list(args.fractions, "fractions"),
-                         standardize=args.standardize, classifier_C=classifier_C if args.classifier else None,
-                         figure_locations=args.figure_locations, blas_threads=args.blas_threads or None,
-                         target=args.target, position_buckets=args.position_buckets)
+    config = ProbeConfig(acts=args.acts, standardize=args.standardize,
+                         classifier_C=classifier_C if args.classifier else None, **values)
     out = Path(args.out)
     if config.target == "running_count":
         return _running_count(config, out, progress=not args.quiet)
@@ -201,10 +206,12 @@ def cmd_sweep(args) -> int:
     from countlens.probes.sweep import DEFAULT_SWEEP_ALPHAS, SweepConfig, run_sweep
 
     _require(args, "acts", "out")
+    given = {"seeds": (parse_int_list, args.seeds), "fractions": (parse_float_list, args.fractions)}
+    values = {name: tuple(parse(text, name)) for name, (parse, text) in given.items() if text is not None}
+    if args.blas_threads is not None:  # 0: the process's own count
+        values["blas_threads"] = args.blas_threads or None
     config = SweepConfig(acts=args.acts, location=args.location, alphas=_alphas(args.alphas, DEFAULT_SWEEP_ALPHAS),
-                         seeds=parse_int_list(args.seeds, "seeds"),
-                         fractions=parse_float_list(args.fractions, "fractions"),
-                         standardize=args.standardize, blas_threads=args.blas_threads or None)
+                         standardize=args.standardize, **values)
     result = run_sweep(config)
     out = Path(args.out)
     result.save(out)

@@ -104,19 +104,28 @@ class ProbeConfig:
 
     acts: str
     locations: str | None = None
+    """names or indices, comma-separated, or a range like 0:10 (default: all)"""
     alphas: tuple[float, ...] = DEFAULT_ALPHAS
+    """ridge penalties on the standardised design: lo:hi:count log grid or comma list"""
     seeds: tuple[int, ...] = DEFAULT_SEEDS
+    """split seeds, comma-separated"""
     fractions: tuple[float, float, float] = DEFAULT_FRACTIONS
+    """train,validation,test fractions"""
     standardize: bool = True
     bin_width: int = 10
     bin_start: int = 1
     classifier_C: tuple[float, ...] | None = None
     figure_locations: str | None = None
+    """locations drawn in Figure 7 (default: the best by validation accuracy)"""
     blas_threads: int | None = DEFAULT_BLAS_THREADS
+    """BLAS threads for each location's decompositions (BENCHMARKS.md measures why one)"""
     control: bool = True
     control_seed: int = 0
     target: str = "n"
+    """what the probes read: n (the count, at the boundary: Figure 7) or running_count (the count so far at
+    every item of an items capture: Figure 10)"""
     position_buckets: int = DEFAULT_POSITION_BUCKETS
+    """with {target} running_count: buckets of relative position in the list, item k / (n + m)"""
 
     FIELDS: ClassVar[dict] = {"bin_width": AtLeast(1), "target": OneOf(TARGETS), "position_buckets": AtLeast(1)}
 

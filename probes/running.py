@@ -344,6 +344,77 @@ def _usable(split) -> bool:
     return len(train) >= 2 and len(val) >= 1 and len(test) >= 1
 
 
+def position_buckets(data: ItemData, B: int, members: list[np.ndarray], cell_splits: dict, seeds) -> list[PositionBucket]:
+    """The ``B`` relative-position buckets and the boundary (index ``B``): ``members[b]`` their row indices,
+    ``cell_splits[seed, b]`` their (train, validation, test) rows, each with its baselines per target and seed."""
+    labels = [f"{b / B:.2g}–{(b + 1) / B:.2g}" for b in range(B)] + [BOUNDARY_LABEL]
+    return [PositionBucket(index=b, label=labels[b], lo=None if b == B else b / B, hi=None if b == B else (b + 1) / B,
+                           rows=int(len(members[b])), prompts=int(len(np.unique(data.prompt_id[members[b]]))),
+                           baselines=[majority_baseline(data.target(t), cell_splits[s, b], t, s)
+                                      for t in RUNNING_TARGETS for s in seeds])
+            for b in range(B + 1)]
+
+
+def running_protocol(config: ProbeConfig, data: ItemData, indices: list[int], first) -> dict[str, Any]:
+    """What a :class:`RunningCountResult` records as its ``config``: the probe settings, the position buckets,
+    the selection, the baselines and the sizes of the first seed's split ``first`` ((train, validation, test)
+    row indices)."""
+    return {"acts": str(config.acts), "target": "running_count", "locations": [data.locations[i] for i in indices],
+            "alphas": np.asarray(config.alphas, dtype=np.float64).tolist(), "seeds": list(config.seeds),
+            "fractions": list(config.fractions), "standardize": config.standardize,
+            "position_buckets": int(config.position_buckets),
+            "position": "item k of a prompt with n + m items: bucket floor(B k / (n + m)); the boundary: "
+                        "one more column",
+            "selection": SELECTION, "rows": ROWS,
+            "split_prompts": {name: int(len(np.unique(data.prompt_id[part])))
+                              for name, part in zip(("train", "validation", "test"), first, strict=True)},
+            "split_rows": dict(zip(("train", "validation", "test"), map(len, first), strict=True)),
+            "blas_threads": config.blas_threads,
+            "control": ({"task": "Hewitt-Liang: each value of the target mapped to a fixed random other value",
+                         "seed": config.control_seed} if config.control else None),
+            "baselines": "majority: the most frequent training label of the bucket, scored on its test rows; "
+                         "constant: the training mean's test R²"}
+
+
+def running_cache_key(protocol: dict[str, Any], data: ItemData) -> dict[str, Any]:
+    """What a kept location must match to be reused: the ``protocol`` (less where the capture lies, the chosen
+    locations and the threads) and a fingerprint of the capture's rows."""
+    data_key = {"settings": data.meta.settings or None, "rows": len(data.n), "n_sum": float(data.n.sum()),
+                "running_sum": float(data.running_count.sum()), "locations": list(data.locations)}
+    return {**{k: v for k, v in protocol.items() if k not in ("acts", "locations", "blas_threads")}, "data": data_key}
+
+
+def running_source(data: ItemData) -> dict[str, Any]:
+    """What a :class:`RunningCountResult` records of the capture it was fitted on."""
+    counts = np.unique(data.n).astype(int)
+    return {"model": data.meta.model_id, "L": data.meta.L, "rows": int(len(data.n)),
+            "item_rows": int(np.sum(data.item_index >= 0)), "prompts": int(len(np.unique(data.prompt_id))),
+            "d": data.meta.d, "n_locations": len(data.locations), "count_min": int(counts.min()),
+            "count_max": int(counts.max())}
+
+
+def fit_running_location(data: ItemData, index: int, config: ProbeConfig, cell_splits: dict,
+                         controls: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Every cell (bucket × target) of location ``index``: its fits over the seeds whose split is usable, as
+    the dict of a :class:`RunningLocation` (what the cache keeps)."""
+    X = data.X(index)
+    alphas = np.asarray(config.alphas, dtype=np.float64)
+    cells = []
+    for b in range(int(config.position_buckets) + 1):
+        for t in RUNNING_TARGETS:
+            fits = [fit_cell(X, data.target(t), cell_splits[s, b], alphas, s, config.standardize, controls.get(t))
+                    for s in config.seeds if _usable(cell_splits[s, b])]
+            cells.append(RunningCell(b, t, fits))
+    return dataclasses.asdict(RunningLocation(data.locations[index], index, cells))
+
+
+def _running_location(saved: dict[str, Any]) -> RunningLocation:
+    """A :class:`RunningLocation` from its kept dict (:func:`fit_running_location`)."""
+    return RunningLocation(saved["name"], int(saved["index"]),
+                           [RunningCell(int(c["bucket"]), c["target"], [CellFit(**f) for f in c["fits"]])
+                            for c in saved["cells"]])
+
+
 def run_running_count(config: ProbeConfig, data: ItemData | None = None, *,
                       resume_dir: str | os.PathLike | None = None, progress: bool = False) -> RunningCountResult:
     """Figure 10: at each location of ``config.locations``, for each relative-position bucket (and the
@@ -365,67 +436,28 @@ def run_running_count(config: ProbeConfig, data: ItemData | None = None, *,
             data = load_item_data(config.acts)
     with about("locations"):
         indices = resolve_locations(data.locations, config.locations)
-    alphas = np.asarray(config.alphas, dtype=np.float64)
     B = int(config.position_buckets)
     bucket = data.buckets(B)  # (rows,)
     splits = {s: split_groups(data.prompt_id, s, config.fractions) for s in config.seeds}
-    labels = [f"{b / B:.2g}–{(b + 1) / B:.2g}" for b in range(B)] + [BOUNDARY_LABEL]
     members = [np.flatnonzero(bucket == b) for b in range(B + 1)]
     # (seed, bucket) -> (train, validation, test) row indices of that bucket
     cell_splits = {(s, b): tuple(np.intersect1d(part, members[b]) for part in splits[s])
                    for s in config.seeds for b in range(B + 1)}
     controls = ({t: control_labels(data.target(t), config.control_seed) for t in RUNNING_TARGETS}
                 if config.control else {})
-    buckets = [PositionBucket(b, labels[b], None if b == B else b / B, None if b == B else (b + 1) / B,
-                              int(len(members[b])), int(len(np.unique(data.prompt_id[members[b]]))),
-                              [majority_baseline(data.target(t), cell_splits[s, b], t, s)
-                               for t in RUNNING_TARGETS for s in config.seeds])
-               for b in range(B + 1)]
-    first = splits[config.seeds[0]]
-    protocol = {"acts": str(config.acts), "target": "running_count", "locations": [data.locations[i] for i in indices],
-                "alphas": alphas.tolist(), "seeds": list(config.seeds), "fractions": list(config.fractions),
-                "standardize": config.standardize, "position_buckets": B,
-                "position": "item k of a prompt with n + m items: bucket floor(B k / (n + m)); the boundary: "
-                            "one more column",
-                "selection": SELECTION, "rows": ROWS,
-                "split_prompts": {name: int(len(np.unique(data.prompt_id[part])))
-                                  for name, part in zip(("train", "validation", "test"), first, strict=True)},
-                "split_rows": dict(zip(("train", "validation", "test"), map(len, first), strict=True)),
-                "blas_threads": config.blas_threads,
-                "control": ({"task": "Hewitt-Liang: each value of the target mapped to a fixed random other value",
-                             "seed": config.control_seed} if config.control else None),
-                "baselines": "majority: the most frequent training label of the bucket, scored on its test rows; "
-                             "constant: the training mean's test R²"}
-    data_key = {"settings": data.meta.settings or None, "rows": len(data.n), "n_sum": float(data.n.sum()),
-                "running_sum": float(data.running_count.sum()), "locations": list(data.locations)}
-    run_key = {**{k: v for k, v in protocol.items() if k not in ("acts", "locations", "blas_threads")},
-               "data": data_key}
+    buckets = position_buckets(data, B, members, cell_splits, config.seeds)
+    protocol = running_protocol(config, data, indices, splits[config.seeds[0]])
+    run_key = running_cache_key(protocol, data)
     cache = ResultCache(resume_dir, "running-location")
-
-    def fit_location(index: int) -> dict[str, Any]:
-        X = data.X(index)
-        cells = []
-        for b in range(B + 1):
-            for t in RUNNING_TARGETS:
-                fits = [fit_cell(X, data.target(t), cell_splits[s, b], alphas, s, config.standardize, controls.get(t))
-                        for s in config.seeds if _usable(cell_splits[s, b])]
-                cells.append(RunningCell(b, t, fits))
-        return dataclasses.asdict(RunningLocation(data.locations[index], index, cells))
-
     results = []
     for index in tqdm(indices, desc="running-count locations", disable=not progress):
         with blas_threads(config.blas_threads):
-            saved = cache.get_or_run({**run_key, "location": index}, lambda index=index: fit_location(index))
-        results.append(RunningLocation(saved["name"], int(saved["index"]),
-                                       [RunningCell(int(c["bucket"]), c["target"], [CellFit(**f) for f in c["fits"]])
-                                        for c in saved["cells"]]))
+            saved = cache.get_or_run({**run_key, "location": index},
+                                     lambda index=index: fit_running_location(data, index, config, cell_splits, controls))
+        results.append(_running_location(saved))
     cache.clear()
-    counts = np.unique(data.n).astype(int)
-    source = {"model": data.meta.model_id, "L": data.meta.L, "rows": int(len(data.n)),
-              "item_rows": int(np.sum(data.item_index >= 0)), "prompts": int(len(np.unique(data.prompt_id))),
-              "d": data.meta.d, "n_locations": len(data.locations), "count_min": int(counts.min()), "count_max": int(counts.max())}
-    return RunningCountResult(protocol, source, alphas.tolist(), buckets, results, result_provenance(config))
-
+    return RunningCountResult(config=protocol, source=running_source(data), alphas=list(protocol["alphas"]), buckets=buckets,
+                              locations=results, provenance=result_provenance(config))
 
 
 declare(Experiment(
@@ -439,4 +471,5 @@ declare(Experiment(
 
 __all__ = ["RUNNING_TARGETS", "TARGET_LABELS", "ITEM_COLUMNS", "ItemData", "load_item_data", "CellFit", "RunningCell",
            "RunningLocation", "Baseline", "PositionBucket", "RunningCountResult", "fit_cell", "majority_baseline",
+           "position_buckets", "running_protocol", "running_cache_key", "running_source", "fit_running_location",
            "run_running_count"]

@@ -50,11 +50,17 @@ class ToyConfig:
     """
 
     variant: str
+    """the model variant"""
     d: int
+    """model dimension"""
     L: int
+    """maximum length: the domain is n, m >= 0, n + m <= L"""
     readout: str = "regression"
+    """the read-out head"""
     tau: float | None = None
+    """score scale (default: 1/sqrt(d))"""
     eps: float = 0.0
+    """LayerNorm epsilon (the theory uses 0)"""
 
     def __post_init__(self) -> None:
         check_fields(self, {"variant": OneOf(VARIANTS), "readout": OneOf(READOUTS), "d": AtLeast(1),

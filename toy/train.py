@@ -106,23 +106,43 @@ class TrainConfig:
     """
 
     optimizer: str = "lbfgs"
+    """one of lbfgs, adam, adam-minibatch"""
     steps: int = 300
+    """optimiser steps (L-BFGS iterations)"""
     seed: int = 0
+    """initialisation and train/test split seed"""
     cap: float | None = None
+    """per-vector norm bound B, enforced by projection (default: uncapped)"""
     lr: float | None = None
+    """learning rate (default: 1 for L-BFGS, 1e-2 for Adam)"""
     batch_size: int = 1024
+    """adam-minibatch: pairs per batch"""
     test_fraction: float = 0.2
+    """share of the domain's pairs held out (IID) for test exact accuracy"""
     log_every: int = 10
+    """steps between log entries"""
     stop_when_passed: bool = False
+    """stop once the full-domain check passes"""
     init_scale: float = 1.0
+    """norm of every initial vector (approximately)"""
     history_size: int = 50
+    """L-BFGS history size"""
     ce_scale: float = 1.0
+    """classification: cross-entropy on this multiple of the scores (loss temperature only)"""
     loss: str = "mse"
+    """regression loss: mse, or max (smooth maximum of the squared error)"""
     beta: float = 10.0
+    """sharpness of {loss} max"""
     working_set: int = 0
+    """0: train on the IID train split; k > 0: working-set training from the domain's edges plus k random
+    pairs, grown by the worst pairs after every failed check, every {log_every} steps"""
     grow: int = 256
+    """working set: worst pairs (and as many random ones) added after each failed check"""
     parametrization: str = "cartesian"
+    """what the optimiser moves: the vectors' entries (cartesian) or each vector's log norm and direction
+    (polar)"""
     patience: int = 0
+    """stop after this many log steps in a row without lowering the best worst error by 1 % (0: never)"""
 
     FIELDS: ClassVar[dict] = {
         "optimizer": OneOf(OPTIMIZERS), "steps": AtLeast(1), "batch_size": AtLeast(1), "log_every": AtLeast(1),

@@ -13,8 +13,12 @@ of ints as a tuple), so configs that keep their fields normalised (the toy's, th
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
+import inspect
 import math
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -250,5 +254,61 @@ def field_default(config_type: type, name: str) -> Any:
     raise AttributeError(f"{config_type.__name__} has no setting {name!r}")
 
 
+def field_owner(config_type: type, name: str) -> tuple[type, dataclasses.Field]:
+    """The dataclass that declares the setting ``name`` of ``config_type`` (itself, or a config it holds by
+    default: ``field_owner(CaptureConfig, "device")`` is ``ModelSpec``'s field) and that field."""
+    nested = []
+    for f in dataclasses.fields(config_type):
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        if dataclasses.is_dataclass(default):
+            nested.append(type(default))
+        elif f.name == name:
+            return config_type, f
+    for kind in nested:
+        try:
+            return field_owner(kind, name)
+        except AttributeError:
+            continue
+    raise AttributeError(f"{config_type.__name__} has no setting {name!r}")
+
+
+def field_rule(config_type: type, name: str) -> Rule | None:
+    """The rule the ``FIELDS`` of the dataclass declaring ``name`` gives it (``None``: none declared)."""
+    owner, _ = field_owner(config_type, name)
+    return (getattr(owner, "FIELDS", None) or {}).get(name)
+
+
+@functools.cache
+def _module_docs(module: str) -> dict[str, dict[str, str]]:
+    """Per class of ``module`` (by name, nested classes too), its fields' documentation."""
+    try:
+        tree = ast.parse(inspect.getsource(sys.modules[module]))
+    except (KeyError, OSError, TypeError, SyntaxError):
+        return {}
+    docs: dict[str, dict[str, str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            mine = docs.setdefault(node.name, {})
+            for stmt, after in zip(node.body, node.body[1:], strict=False):
+                if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+                        and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+                        and isinstance(after.value.value, str)):
+                    mine[stmt.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+def field_doc(config_type: type, name: str) -> str | None:
+    """The documentation of the setting ``name`` of ``config_type``: the string written under the field, as
+    tyro and Sphinx read it (``d: int = 16``, then the line ``"model dimension"``); a subclass's
+    documentation of a field it inherits wins. ``None`` where the field has none."""
+    owner, _ = field_owner(config_type, name)
+    for kind in (config_type, *config_type.__mro__[1:], owner, *owner.__mro__[1:]):
+        text = _module_docs(kind.__module__).get(kind.__name__, {}).get(name)
+        if text:
+            return text
+    return None
+
+
 __all__ = ["Rule", "AtLeast", "Positive", "OneOf", "Ints", "Numbers", "Window", "Fractions", "Text", "Optional",
-           "Checked", "Nested", "check_fields", "field_default"]
+           "Checked", "Nested", "check_fields", "field_default", "field_owner", "field_rule", "field_doc"]

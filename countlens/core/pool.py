@@ -27,7 +27,9 @@ def progress_bar(total: int, desc: str, progress: bool, **kwargs: Any):
 def pool_map(func: Callable[..., Any], jobs: list[tuple[Any, ...]], workers: int = 1, desc: str = "",
              progress: bool = False) -> list[Any]:
     """``[func(*job) for job in jobs]``, in this process or, with ``workers > 1``, in that many fresh
-    (spawned: no forked torch/OpenMP state) processes, results in the order of ``jobs``.
+    (spawned: no forked torch/OpenMP state) processes, results in the order of ``jobs``. The progress bar
+    counts each result as it comes back, in whatever order the workers finish; the first job to fail (in
+    that order) raises, and the jobs not yet started are cancelled.
 
     ``func`` must be a module-level function, and a script that calls this with ``workers > 1`` needs the
     usual ``if __name__ == "__main__":`` guard of spawned processes.
@@ -43,16 +45,20 @@ def pool_map(func: Callable[..., Any], jobs: list[tuple[Any, ...]], workers: int
                     bar.update(1)
             return out
         import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures import ProcessPoolExecutor, as_completed
 
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(min(int(workers), len(jobs)), mp_context=context, initializer=set_one_thread) as pool:
             futures = [pool.submit(func, *job) for job in jobs]
-            out = []
-            for future in futures:
-                out.append(future.result())
-                bar.update(1)
-            return out
+            try:
+                for future in as_completed(futures):
+                    future.result()  # raises the job's own error
+                    bar.update(1)
+            except BaseException:
+                for future in futures:
+                    future.cancel()
+                raise
+            return [future.result() for future in futures]
 
 
 def workers_for(jobs: int) -> int:

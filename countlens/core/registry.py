@@ -18,12 +18,18 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 PRESET_NAMES = ("quick", "full", "test")
+# The declared references, resolved when used (:func:`resolve`), and the form each must have.
+REFERENCE_KINDS = ("figure", "plot", "view", "cli")
+_FUNCTION = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+_REFERENCE_FORMS = {"figure": _FUNCTION, "plot": _FUNCTION, "view": _FUNCTION,
+                    "cli": re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")}
 # Which experiments a study runs for every model: ``model`` always, the others where asked (--patching, --where).
 STUDY_GROUPS = ("model", "patching", "where")
 
@@ -45,6 +51,11 @@ class Experiment:
     say how it runs, never what it computes; ``places`` run keywords that get a folder inside the stage's own.
     ``order`` places it in the report; ``study`` is the study group it belongs to (``None``: not in a study).
     ``cli`` is the module whose ``register(subparsers)`` adds its command (``None``: its room's CLI has it).
+
+    ``figure``, ``plot``, ``view`` and ``cli`` are references resolved when used (:func:`resolve`): figure
+    modules import their result types and command modules their experiments, so the experiment cannot import
+    them. Each is checked where it is declared (its form) and :func:`check_references` resolves every one (a
+    unit test runs it over every declaration), so a renamed function or module fails the tests, not a report.
     """
 
     name: str
@@ -66,12 +77,16 @@ class Experiment:
     cache: bool = False
     threads: int | None = None
     study: str | None = None
-    cli: str | None = None
+    cli: str | None = None  # "module": the command module, imported by its room's command line
 
     def __post_init__(self) -> None:
         missing = [p for p in PRESET_NAMES if p not in self.presets]
         if missing:
             raise ValueError(f"experiment {self.name!r} declares no config for preset(s) {', '.join(missing)}")
+        for kind, reference in self.references().items():
+            if not _REFERENCE_FORMS[kind].fullmatch(reference):
+                form = "package.module" if kind == "cli" else "package.module:function"
+                raise ValueError(f"experiment {self.name!r}: {kind}={reference!r} is not of the form {form!r}")
         if self.study is not None and self.study not in STUDY_GROUPS:
             raise ValueError(f"experiment {self.name!r}: study group {self.study!r} is not one of {STUDY_GROUPS}")
 
@@ -80,6 +95,10 @@ class Experiment:
         experiments' outputs lie) go to a preset that is a function."""
         value = self.presets[name]  # None: not part of a report at this size (its own command still runs it)
         return value(**paths) if callable(value) else value
+
+    def references(self) -> dict[str, str]:
+        """The references this experiment declares, by kind (``figure``, ``plot``, ``view``, ``cli``)."""
+        return {kind: getattr(self, kind) for kind in REFERENCE_KINDS if getattr(self, kind) is not None}
 
     def draw(self) -> Callable[[Any, Path], Any] | None:
         """The figure function (``figure(result, folder) -> paths``), imported now."""
@@ -105,11 +124,38 @@ class Experiment:
 
 
 def resolve(reference: str | None) -> Any:
-    """The object a ``"module:name"`` reference names (``None`` for ``None``)."""
+    """The object a ``"module:name"`` reference names, or the module a ``"module"`` one does (``None`` for
+    ``None``)."""
     if reference is None:
         return None
     module, _, name = reference.partition(":")
-    return getattr(importlib.import_module(module), name)
+    return getattr(importlib.import_module(module), name) if name else importlib.import_module(module)
+
+
+def check_references(experiments: list[Experiment]) -> list[str]:
+    """Resolve every reference of ``experiments`` (their figure, plot and view modules and command modules
+    imported); one line per reference that names nothing or the wrong kind of thing (a figure or view that
+    takes other than two arguments, a plot that takes no result, a command module without ``register``)."""
+    import inspect
+
+    arity = {"figure": 2, "view": 2, "plot": 1}
+    problems = []
+    for e in experiments:
+        for kind, reference in e.references().items():
+            try:
+                target = resolve(reference)
+            except (ImportError, AttributeError) as exc:
+                problems.append(f"{e.name}: {kind}={reference!r} does not resolve ({exc})")
+                continue
+            if kind == "cli":
+                if not callable(getattr(target, "register", None)):
+                    problems.append(f"{e.name}: cli={reference!r} has no register(subparsers)")
+                continue
+            try:
+                inspect.signature(target).bind(*range(arity[kind]))
+            except (TypeError, ValueError):
+                problems.append(f"{e.name}: {kind}={reference!r} cannot be called with {arity[kind]} argument(s)")
+    return problems
 
 
 _DECLARED: dict[str, Experiment] = {}
@@ -157,4 +203,5 @@ def discover(*packages: str) -> list[Experiment]:
     return sorted(found, key=lambda e: (e.order, e.name))
 
 
-__all__ = ["PRESET_NAMES", "STUDY_GROUPS", "Experiment", "resolve", "declare", "plot_of", "discover"]
+__all__ = ["PRESET_NAMES", "STUDY_GROUPS", "REFERENCE_KINDS", "Experiment", "resolve", "check_references", "declare",
+           "plot_of", "discover"]

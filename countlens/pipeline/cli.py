@@ -13,7 +13,7 @@ import importlib
 import sys
 from pathlib import Path
 
-from countlens.core.args import HelpFormatter, OneLineParser, also_sets, cli_message
+from countlens.core.args import HelpFormatter, OneLineParser, add_common_options, also_sets, cli_message
 from countlens.core.errors import EXIT_USAGE, UsageError
 
 DESCRIPTION = """How a transformer represents a count, and what that costs in parameter norm.
@@ -21,7 +21,8 @@ DESCRIPTION = """How a transformer represents a count, and what that costs in pa
   countlens reproduce --quick --out report   every table and figure, and report/index.html
   countlens study --models A,B --out study   the analysis over several models, and one comparison
   countlens toy ...                          the toy theory: constructions, checks, Tables 1-3, Figures 1-4
-  countlens llm ...                          chat-model capture, patching, steering, heads, lenses: Figures 9, 11-13
+  countlens llm ...                          chat-model capture and its causal experiments: Figures 9, 11-15
+  countlens organism ...                     chat models trained to count, their circuit planted, and checked
   countlens probe ...                        ridge probes: Figures 7, 8 and 10
   countlens geometry / compare               Figures 5 and 6, toy vs LLM
 
@@ -113,6 +114,7 @@ def register_reproduce(subparsers) -> None:
                         "writes them, e.g. repeat:separator=comma,repeat:separator=space) into OUT/tasks/<task>/, "
                         "and compare them with --task's on the report (default: none)")
     p.add_argument("--out", required=True, help="report folder")
+    add_common_options(p, "quiet")
     p.set_defaults(func=cmd_reproduce)
 
 
@@ -124,7 +126,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     only = [s.strip() for s in args.stages.split(",") if s.strip()] if args.stages else None
     out = Path(args.out)
     tasks = parse_tasks(args.tasks) if args.tasks else ()
-    summary = reproduce(out, _preset(args), capture_options(args, REPRODUCE_CAPTURE), only, tasks=tasks)
+    summary = reproduce(out, _preset(args), capture_options(args, REPRODUCE_CAPTURE), only, tasks=tasks,
+                        progress=not args.quiet)
     failed = [s for s in summary["stages"] if s["status"] in ("failed", "skipped")]
     for s in failed:
         print(f"reproduce: stage {s['stage']} {s['status']}: {s['reason']}", file=sys.stderr)
@@ -177,6 +180,7 @@ def register_study(subparsers) -> None:
                         "repeat:separator=comma,repeat:separator=space,letters), the lenses added, and compare "
                         "each model's tasks with --task's side by side in OUT/tasks/<model>/ (default: none, "
                         "--task's alone)")
+    add_common_options(p, "quiet")
     p.set_defaults(func=cmd_study)
 
 
@@ -190,7 +194,7 @@ def cmd_study(args: argparse.Namespace) -> int:
     config = StudyConfig(models=args.models, preset=_preset(args), capture=capture_options(args, STUDY_CAPTURE),
                          patching=args.patching, where=args.where,
                          tasks=parse_tasks(args.tasks) if args.tasks else ())
-    result, failures = run_study(config, out, args.ray)
+    result, failures = run_study(config, out, args.ray, progress=not args.quiet)
     if result.models:
         what = f"{len(config.jobs())} runs (models × tasks)" if config.tasks else f"{len(config.models)} models"
         print(f"study: {len(result.models)} of {what} compared in {out / 'index.html'}")

@@ -63,13 +63,14 @@ def _inherited(captured, name: str):
     return option_value(captured, name)
 
 
-def build_stages(preset: str, capture: dict[str, Any] | None = None) -> list[Stage]:
+def build_stages(preset: str, capture: dict[str, Any] | None = None, progress: bool = True) -> list[Stage]:
     """The stages of ``reproduce`` for ``preset`` (quick, full, test): every declared experiment
     (:func:`countlens.pipeline.experiments.experiments`) at that size, in report order. ``capture`` overrides
     fields of the preset's capture config (``model``, ``device``, ...); an experiment that ``inherits``
     settings takes them from that config, so it runs the capture's model, wording and task; one that cannot run
     on them (an analysis that needs a corrupted twin, on a task without one) is ``refused``, with the one-line
-    reason its config gave, and skipped by the run."""
+    reason its config gave, and skipped by the run. ``progress``: ``False`` turns off every stage's progress
+    bars and model-loading messages (``reproduce --quiet``)."""
     captured = capture_config(preset, capture)
     stages = []
     for e in experiments():
@@ -87,13 +88,19 @@ def build_stages(preset: str, capture: dict[str, Any] | None = None) -> list[Sta
                     refused = f"{e.name} cannot run on this capture: {exc}"
         stages.append(Stage(
             e.name, e.title, config, e.run, e.result, e.draw(), e.show(), needs=tuple(dict.fromkeys(e.reads.values())),
-            links=tuple(e.reads), places=dict(e.places), options=e.run_options(config), cache=e.cache,
+            links=tuple(e.reads), places=dict(e.places), options=_run_options(e, config, progress), cache=e.cache,
             threads=e.threads, model=captured.model if e.needs_model(config) else None, refused=refused))
     return stages
 
 
+def _run_options(e: Any, config: Any, progress: bool) -> dict[str, Any]:
+    """The run keywords of experiment ``e`` on ``config``, its progress bars off unless ``progress``."""
+    options = e.run_options(config)
+    return {**options, "progress": False} if not progress and "progress" in options else options
+
+
 def reproduce(out: Path, preset: str, capture: dict[str, Any] | None = None, only: list[str] | None = None,
-              pool: ModelPool | None = None, tasks: tuple[str, ...] = ()) -> dict:
+              pool: ModelPool | None = None, tasks: tuple[str, ...] = (), progress: bool = True) -> dict:
     """Run (or reuse) every stage, then write ``reproduce.json`` and ``index.html``. Returns the summary.
 
     ``tasks`` (``--tasks``): further counting tasks; each runs the model's stages of
@@ -104,10 +111,11 @@ def reproduce(out: Path, preset: str, capture: dict[str, Any] | None = None, onl
     Before the first stage, the capture is checked (model, template, items, context) when it is to run, so
     a model that cannot be captured is refused (:class:`UsageError`) before any toy stage runs. ``pool``:
     the :class:`~countlens.llm.models.ModelPool` of a larger run (a study) to load the model in, its
-    weights released at the end and its reads kept; without one, the run makes its own.
+    weights released at the end and its reads kept; without one, the run makes its own. ``progress``:
+    ``False`` hides every stage's progress bars and model-loading messages.
     """
     out = Path(out)
-    stages = build_stages(preset, capture)
+    stages = build_stages(preset, capture, progress)
     select(stages, only)
     refuse_other_stages(out, stages)
     named = {s.name: s for s in stages}
@@ -119,7 +127,7 @@ def reproduce(out: Path, preset: str, capture: dict[str, Any] | None = None, onl
         out.mkdir(parents=True, exist_ok=True)
         try:
             records = run_stages(out, stages, only, pool)
-            task_runs = _run_tasks(out, preset, capture, named, records, tasks, pool) if tasks else []
+            task_runs = _run_tasks(out, preset, capture, named, records, tasks, pool, progress) if tasks else []
         finally:
             if handed is not None:
                 handed.release_models()
@@ -137,7 +145,8 @@ def reproduce(out: Path, preset: str, capture: dict[str, Any] | None = None, onl
 
 
 def _run_tasks(out: Path, preset: str, capture: dict[str, Any] | None, named: dict[str, Stage],
-               records: dict[str, dict], tasks: tuple[str, ...], pool: ModelPool) -> list[dict[str, Any]]:
+               records: dict[str, dict], tasks: tuple[str, ...], pool: ModelPool,
+               progress: bool = True) -> list[dict[str, Any]]:
     """Each task of ``tasks`` other than the report's own as a report of its own in ``OUT/tasks/<task>/``, then
     their comparison (with the report's own task where its stages are done); one record per task."""
     own = named[SOURCE].config.prompts.task
@@ -147,7 +156,8 @@ def _run_tasks(out: Path, preset: str, capture: dict[str, Any] | None, named: di
         entries.append((own, out))
     for task in (t for t in tasks if t != own):
         folder = out / TASKS_DIR / task_folder_name(task)
-        summary = reproduce(folder, preset, task_capture(preset, capture, task), only=needed, pool=pool)
+        summary = reproduce(folder, preset, task_capture(preset, capture, task), only=needed, pool=pool,
+                            progress=progress)
         status = {s["stage"]: s for s in summary["stages"]}
         failed = [f"{n} {status[n]['status']}: {status[n].get('reason', '')}" for n in needed
                   if status[n]["status"] != "done" and n != LENS_STAGE]

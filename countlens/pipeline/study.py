@@ -220,15 +220,16 @@ def preflight_model(out: str | Path, job: dict[str, Any], pool: ModelPool | None
 
 
 def run_study_model(job: dict[str, Any], out: str | Path, device: str | None = None,
-                    pool: ModelPool | None = None) -> dict[str, Any]:
+                    pool: ModelPool | None = None, progress: bool = True) -> dict[str, Any]:
     """One model's pipeline (its stages of :func:`countlens.pipeline.reproduce.reproduce`, so its own report
     and its per-stage resume) into ``OUT/models/<name>/``; returns its :class:`ModelSummary` as a dict.
     ``device`` overrides the job's (a Ray task's own GPU). :class:`UsageError` names the model and the first
     stage that did not finish. ``pool``: the study's :class:`~countlens.llm.models.ModelPool` (the model's
-    weights are released from it when its turn ends)."""
+    weights are released from it when its turn ends). ``progress``: ``False`` hides its stages' progress
+    bars and model-loading messages."""
     folder = model_folder(out, job)
     capture = {**job["capture"], **({"device": device} if device else {})}
-    report = reproduce(folder, job["preset"], capture, only=job["stages"], pool=pool)
+    report = reproduce(folder, job["preset"], capture, only=job["stages"], pool=pool, progress=progress)
     for stage in report["stages"]:
         if stage["stage"] in job["stages"] and stage["status"] not in ("done", "not run"):  # not run: refused
             raise UsageError(f"model {job['model']}: stage {stage['stage']} {stage['status']}: "
@@ -266,11 +267,11 @@ def summarize_model(job: dict[str, Any], folder: Path, out: Path) -> ModelSummar
 # ---------------------------------------------------------------- the study
 
 def run_study(config: StudyConfig, out: str | Path, ray: str | None = None,
-              log=None) -> tuple[StudyResult, dict[str, str]]:
+              log=None, progress: bool = True) -> tuple[StudyResult, dict[str, str]]:
     """Every model of ``config`` (reusing those finished before), then the comparison across the models
     that finished; saves it, its figure and its page into ``out``. Returns the result and, per model that
     did not finish, why. ``ray`` runs each model as a Ray task (a target as for ``llm capture --ray``);
-    ``log(line)`` receives one line per model."""
+    ``log(line)`` receives one line per model; ``progress``: ``False`` hides the stages' progress bars."""
     out = Path(out)
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
     cache = ResultCache(out / CACHE_DIR, "model")
@@ -291,9 +292,9 @@ def run_study(config: StudyConfig, out: str | Path, ray: str | None = None,
             preflight_model(out, job, pool)
         out.mkdir(parents=True, exist_ok=True)
         if ray is not None:
-            failures = _run_on_ray(todo, out, ray, cache, summaries, log)
+            failures = _run_on_ray(todo, out, ray, cache, summaries, log, progress)
         else:
-            failures = _run_in_turn(todo, out, pool, cache, summaries, log)
+            failures = _run_in_turn(todo, out, pool, cache, summaries, log, progress)
     result = StudyResult(config=asdict(config), models=[ModelSummary(**summaries[j["name"]]) for j in jobs
                                                         if j["name"] in summaries],
                          provenance=result_provenance(config), tasks=_compare_tasks(out, config, jobs, summaries))
@@ -316,12 +317,12 @@ def _compare_tasks(out: Path, config: StudyConfig, jobs, summaries) -> list[str]
     return pages
 
 
-def _run_in_turn(todo, out, pool, cache, summaries, log) -> dict[str, str]:
+def _run_in_turn(todo, out, pool, cache, summaries, log, progress=True) -> dict[str, str]:
     failures = {}
     for job in todo:
         started = time.perf_counter()
         try:
-            summaries[job["name"]] = cache.put(job, run_study_model(job, out, pool=pool))
+            summaries[job["name"]] = cache.put(job, run_study_model(job, out, pool=pool, progress=progress))
         except UsageError as exc:
             failures[job["model"]] = str(exc)
             log(f"study: {exc}")
@@ -330,7 +331,7 @@ def _run_in_turn(todo, out, pool, cache, summaries, log) -> dict[str, str]:
     return failures
 
 
-def _run_on_ray(todo, out, target, cache, summaries, log) -> dict[str, str]:
+def _run_on_ray(todo, out, target, cache, summaries, log, progress=True) -> dict[str, str]:
     """One Ray task per model, on its own GPU where the cluster has them (each task sees only its own, as
     ``cuda``), else one CPU slot; a task whose worker died is retried and resumes from its finished stages."""
     from countlens.llm.capture.distributed import ray_cluster
@@ -343,7 +344,8 @@ def _run_on_ray(todo, out, target, cache, summaries, log) -> dict[str, str]:
                   and capture_config(todo[0]["preset"], todo[0]["capture"]).model.device != "cpu")
         resources = {"num_gpus": 1, "num_cpus": 1} if on_gpu else {"num_cpus": 1}
         task = ray.remote(run_study_model).options(max_retries=RETRIES, **resources)
-        pending = {task.remote(job, str(out), "cuda" if on_gpu else None): (job, time.perf_counter()) for job in todo}
+        pending = {task.remote(job, str(out), "cuda" if on_gpu else None, progress=progress): (job, time.perf_counter())
+                   for job in todo}
         while pending:
             [ref], _ = ray.wait(list(pending), num_returns=1)
             job, started = pending.pop(ref)

@@ -96,15 +96,25 @@ class AttributionConfig(ExperimentConfig):
     model: ModelSpec = field(default_factory=ModelSpec)
     prompts: PromptSettings = field(default_factory=_quick_prompts)
     flip: str = "last"
+    """which target the twin turns into the distractor"""
     direction: str = "noising"
+    """noising: the twin's activations into the clean run; denoising: the clean run's into the twin's (Figure
+    11)"""
     positions: str = "all"
+    """all: every position from the first item to the boundary; items: the items and the boundary"""
     locations: str | None = None
     location_step: int = 1
+    """every k-th of {locations}, the last always"""
     layers: str | None = None
+    """blocks whose attention and MLP writes and heads are cells: 0-based indices, -1, ranges like 0:5, or all
+    (default: all)"""
     method: str = "atp"
+    """atp: attribution patching, the first-order estimate at the base run"""
     top_k: int = 10
+    """the top-k overlap compares the k cells of largest |effect| of each method"""
     batch_size: int = field(default=16, metadata={"identity": False})
     min_gap: float = MIN_LD_GAP
+    """pairs whose clean and twin logit differences differ by less than this many nats are not normalised"""
 
     FIELDS: ClassVar[dict] = {"model": Nested(ModelSpec, "model"), "prompts": Nested(PromptSettings),
                               "flip": OneOf(FLIPS), "direction": OneOf(DIRECTIONS),
@@ -304,6 +314,29 @@ def summarise_agreement(cells: list[dict[str, Any]], top_k: int, atp_seconds: fl
     return out
 
 
+def cell_record(pair_id: int, n: int, key: tuple, atp: float, act: float, normalised: np.ndarray,
+                trivial: bool) -> dict[str, Any]:
+    """One record of :attr:`AttributionResult.cells`: the cell ``key`` (kind, layer, head, position) of pair
+    ``pair_id`` (clean count ``n``), AtP's estimate ``atp`` and activation patching's change ``act`` (nats),
+    ``normalised`` (2,) the two normalised (NaN: the pair is too close to normalise)."""
+    kind, layer, head, position = key
+    return {"pair_id": pair_id, "n": n, "kind": kind, "layer": layer, "head": head, "position": position,
+            "atp": atp, "act": act,
+            "atp_normalised": float(normalised[0]) if np.isfinite(normalised[0]) else None,
+            "act_normalised": float(normalised[1]) if np.isfinite(normalised[1]) else None,
+            "trivial": trivial}
+
+
+def pair_record(pair_id: int, pp, ld_clean: float, ld_twin: float, ld_base_atp: float,
+                positions: list[int]) -> dict[str, Any]:
+    """One record of :attr:`AttributionResult.pairs`: the pair ``pp`` (clean prompt and twin), its clean and
+    twin logit differences from activation patching's runs and the base's from AtP's own forward (nats), and
+    the patched ``positions``."""
+    return {"pair_id": pair_id, "n": pp.clean.n, "clean": pp.clean.prompt, "twin": pp.corrupt.prompt,
+            "flipped_position": pp.flipped_position, "boundary_index": pp.clean.boundary_index,
+            "ld_clean": ld_clean, "ld_twin": ld_twin, "ld_base_atp": ld_base_atp, "positions": positions}
+
+
 def run_attribution(config: AttributionConfig, *, loaded: LoadedModel | None = None, progress: bool = False,
                     pool: ModelPool | None = None) -> AttributionResult:
     """Figure 15 (see the module docstring): per prompt pair AtP's one forward and one backward, then activation
@@ -340,23 +373,17 @@ def run_attribution(config: AttributionConfig, *, loaded: LoadedModel | None = N
         ld_base, ld_source = float(logit_difference(base_lp, 0, 1)), float(logit_difference(source_lp, 0, 1))
         ld_clean, ld_twin = (ld_base, ld_source) if config.direction == "noising" else (ld_source, ld_base)
         for key, est in estimates.items():
-            kind, layer, head, position = key
             act = float(logit_difference(patched[key], 0, 1)) - ld_base
             norm = normalised_ld(np.array([ld_base + est, ld_base + act]), ld_clean, ld_twin, float(config.min_gap))
-            cells.append({"pair_id": i, "n": n, "kind": kind, "layer": layer, "head": head, "position": position,
-                          "atp": est, "act": act,
-                          "atp_normalised": float(norm[0]) if np.isfinite(norm[0]) else None,
-                          "act_normalised": float(norm[1]) if np.isfinite(norm[1]) else None,
-                          "trivial": bool(trivial[key])})
-        pairs.append({"pair_id": i, "n": n, "clean": pp.clean.prompt, "twin": pp.corrupt.prompt,
-                      "flipped_position": pp.flipped_position, "boundary_index": pp.clean.boundary_index,
-                      "ld_clean": ld_clean, "ld_twin": ld_twin, "ld_base_atp": gp.ld, "positions": positions})
+            cells.append(cell_record(i, n, key, est, act, norm, bool(trivial[key])))
+        pairs.append(pair_record(i, pp, ld_clean, ld_twin, gp.ld, positions))
     act_total = float(sum(act_seconds.values()))
     result = AttributionResult(
-        config.to_dict(), loaded.model_id, plan.architecture, config.method, config.direction, plan.n_blocks,
-        plan.n_heads, plan.locations, plan.layers, pairs, cells,
-        summarise_agreement(cells, int(config.top_k), atp_seconds, act_seconds), atp_seconds,
-        act_total, act_total / atp_seconds if atp_seconds > 0 else None,
+        config=config.to_dict(), model=loaded.model_id, architecture=plan.architecture, method=config.method,
+        direction=config.direction, n_layers=plan.n_blocks, n_heads=plan.n_heads, locations=plan.locations,
+        layers=plan.layers, pairs=pairs, cells=cells,
+        agreement=summarise_agreement(cells, int(config.top_k), atp_seconds, act_seconds), atp_seconds=atp_seconds,
+        act_seconds=act_total, speed_ratio=act_total / atp_seconds if atp_seconds > 0 else None,
         provenance=result_provenance(config))
     result.seconds = round(time.perf_counter() - started, 3)
     return result
@@ -378,4 +405,5 @@ declare(Experiment(
 
 
 __all__ = ["METHODS", "DIRECTIONS", "GROUPS", "GROUP_OF", "GROUP_LABELS", "CSV_COLUMNS", "AttributionConfig",
-           "AttributionPlan", "AttributionResult", "plan_attribution", "summarise_agreement", "run_attribution"]
+           "AttributionPlan", "AttributionResult", "plan_attribution", "summarise_agreement", "cell_record",
+           "pair_record", "run_attribution"]

@@ -5,7 +5,7 @@ The options are the capture options (:mod:`countlens.llm.capture.options`), decl
 
 from __future__ import annotations
 
-from countlens.core.args import HelpFormatter, add_common_options
+from countlens.core.args import HelpFormatter, add_common_options, threaded
 from countlens.core.errors import ConfigError
 from countlens.core.fields import AtLeast
 from countlens.llm.capture.experiment import CaptureConfig
@@ -31,7 +31,7 @@ def register(sub) -> None:
                      help="spread the shards over a Ray cluster, one worker per GPU or CPU slot: auto (the "
                           "cluster this machine joined), a cluster address, or local:N (N slots here); "
                           "--out must be on storage every node sees (default: no Ray, one process)")
-    add_common_options(cap, "quiet")
+    add_common_options(cap, "quiet", "threads", threads=None)
     cap.set_defaults(func=cmd_capture)
 
     pr = sub.add_parser("prompts", help="print a few rendered prompts with the boundary token marked ⟦...⟧",
@@ -52,6 +52,7 @@ def register(sub) -> None:
     pa.set_defaults(func=cmd_pairs)
 
 
+@threaded
 def cmd_capture(args) -> int:
     from countlens.llm.capture.experiment import run_capture
     from countlens.llm.models import quiet_transformers

@@ -131,14 +131,5 @@ def component_scores(model, ids, candidates, cells: Sequence[Sequence[Setter]], 
     return patched_prompt_logprobs(model, ids, candidates, cells, batch_size)
 
 
-def mean_std_count(values: np.ndarray) -> tuple[Any, Any, int]:
-    """Mean, std and count over the finite entries of ``values`` (1-D); ``None`` for an empty set."""
-    x = np.asarray(values, dtype=np.float64)
-    x = x[np.isfinite(x)]
-    if not x.size:
-        return None, None, 0
-    return float(x.mean()), float(x.std()), int(x.size)
-
-
 __all__ = ["SOURCES", "SCOPES", "boundary_write_setter", "patched_step_scores", "ablated_component_scores",
-           "site_values", "component_setter", "component_scores", "mean_std_count"]
+           "site_values", "component_setter", "component_scores"]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from countlens.core.args import INT_LIST, HelpFormatter, add_common_options
-from countlens.llm.capture.options import MODEL_OPTIONS, add_capture_options, capture_options
+from countlens.core.args import INT_LIST, HelpFormatter, add_common_options, config_values, threaded
+from countlens.llm.capture.options import MODEL_OPTIONS, add_capture_options
 
 COMPONENTS_COMMAND = (*MODEL_OPTIONS, "task", "L", "counts", "per_count", "pairs", "configs", "seeds", "template",
                       "batch_size", "device", "dtype")
@@ -26,44 +26,28 @@ the model lacks, are refused before the weights load. Writes components.json, co
 
 def register(sub) -> None:
     """Add ``components`` to the ``countlens llm`` subcommands ``sub``."""
-    from countlens.llm.components.ablation import SCOPES, SOURCES
     from countlens.llm.components.experiment import ComponentsConfig
-    from countlens.llm.positions.experiment import FLIPS
 
     cd = ComponentsConfig()
     co = sub.add_parser("components", help="Figure 14: direct logit attribution of every block and head at the "
                                            "boundary", description=COMPONENTS_DESCRIPTION,
                         formatter_class=HelpFormatter)
-    add_capture_options(co, COMPONENTS_COMMAND, cd, helps={
+    add_capture_options(co, (*COMPONENTS_COMMAND, "ablate_prompts", "flip", "source", "scope", "layers"), cd, helps={
         "counts": f"counts n of the prompts (the previous-count difference needs n >= 1): {INT_LIST}",
         "batch_size": "prompts per prompt pass (each answered greedily from its own pass)"})
-    co.add_argument("--ablate-prompts", dest="ablate_prompts", type=int, default=cd.ablate_prompts,
-                    help="most prompts on which every block's attention and MLP write and every head is "
-                         "mean-ablated at the boundary (0: attribution only)")
-    co.add_argument("--flip", choices=FLIPS, default=cd.flip, help="which target the ablation's twin turns into "
-                                                                  "the distractor")
-    co.add_argument("--source", dest="source", choices=SOURCES, default=cd.source,
-                    help="what an ablated component's write is replaced by: mean (its mean) or twin (the twin's own "
-                         "write: patching)")
-    co.add_argument("--scope", dest="scope", choices=SCOPES, default=cd.scope,
-                    help="where: at the boundary alone, or at every position of the prompt at once (all)")
-    co.add_argument("--layers", dest="layers", default=None,
-                    help="blocks whose attention and MLP writes and heads are ablated: 0-based indices, -1, ranges "
-                         "like 0:5, or all (default: all)")
     co.add_argument("--out", required=True, help="output folder")
-    add_common_options(co, "quiet")
+    add_common_options(co, "quiet", "threads", threads=None)
     co.set_defaults(func=cmd_components)
 
 
+@threaded
 def cmd_components(args) -> int:
     from countlens.llm.components.experiment import ComponentsConfig, run_components
     from countlens.llm.components.figures import draw_components
     from countlens.llm.models import quiet_transformers
 
     quiet_transformers()
-    config = ComponentsConfig().with_options(**capture_options(args, COMPONENTS_COMMAND),
-                                              ablate_prompts=args.ablate_prompts, flip=args.flip,
-                                              source=args.source, scope=args.scope, layers=args.layers)
+    config = ComponentsConfig().with_options(**config_values(args))
     result = run_components(config, progress=not args.quiet)
     result.save(args.out)
     draw_components(result, args.out)

@@ -44,6 +44,7 @@ from countlens.llm.answers import (
     checked_candidates,
     counts_with_previous,
     normalised_ld,
+    number_continuations,
     parse_answer,
     stop_token_ids,
 )
@@ -54,7 +55,6 @@ from countlens.llm.components.ablation import (
     ablated_component_scores,
     component_scores,
     component_setter,
-    mean_std_count,
     patched_step_scores,
     site_values,
 )
@@ -66,7 +66,7 @@ from countlens.llm.components.attribution import (
     frozen_norm,
     token_parts,
 )
-from countlens.llm.heads.attention import ablated_scores
+from countlens.llm.heads.attention import ablated_scores, mean_std
 from countlens.llm.heads.experiment import ablated_layers, text_config
 from countlens.llm.hooks import attention_output_site, component_output_sites, hook_sites
 from countlens.llm.lens.readout import check_unembedding, output_head
@@ -86,7 +86,9 @@ TARGETS = ("answer", "previous")  # the logit differences scored: correct vs the
 KINDS = ("embed", "attn", "mlp", "head", "bias")
 
 
-def _quick_prompts() -> PromptSettings:
+def _default_prompts() -> PromptSettings:
+    """The default prompt set (L = 24, counts 1..12, two prompts per count and pair, one wording and seed: 96
+    prompts); the quick preset takes one prompt per count and pair of it."""
     return PromptSettings(L=24, counts=list(range(1, 13)), per_count=2, configs=["count"], seeds=[0])
 
 
@@ -108,13 +110,21 @@ class ComponentsConfig(ExperimentConfig):
     ablated prompt and component."""
 
     model: ModelSpec = field(default_factory=ModelSpec)
-    prompts: PromptSettings = field(default_factory=_quick_prompts)
+    prompts: PromptSettings = field(default_factory=_default_prompts)
     batch_size: int = 8
     ablate_prompts: int = 8
+    """most prompts on which every block's attention and MLP write and every head is mean-ablated at the
+    boundary (0: attribution only)"""
     flip: str = "last"
+    """which target the ablation's twin turns into the distractor"""
     source: str = "mean"
+    """what an ablated component's write is replaced by: mean (its mean) or twin (the twin's own write:
+    patching)"""
     scope: str = "boundary"
+    """where: at the boundary alone, or at every position of the prompt at once (all)"""
     layers: str | None = None
+    """blocks whose attention and MLP writes and heads are ablated: 0-based indices, -1, ranges like 0:5, or
+    all (default: all)"""
 
     FIELDS: ClassVar[dict] = {"model": Nested(ModelSpec, "model"), "prompts": Nested(PromptSettings),
                               "batch_size": AtLeast(1), "ablate_prompts": AtLeast(0, " (0: no ablation)"),
@@ -418,11 +428,14 @@ def _ablate(plan: ComponentsPlan, model, tok, write_means: np.ndarray, z_means: 
     e_clean = expected_count(s_clean, counts)
     out = []
 
+    def summary(values):  # (mean, std, count) over the prompts with a value; None, None, 0 where none has one
+        mean, std, count = mean_std(values)
+        return (float(mean), float(std), int(count)) if count else (None, None, 0)
+
     def record(layer, kind, head, scores):  # scores (A, K)
         ld = logit_difference(scores, at, before)
-        norm = mean_std_count(normalised_ld(ld, ld_clean, ld_twin))
-        change = mean_std_count(ld - ld_clean)
-        shift = mean_std_count(expected_count(scores, counts) - e_clean)
+        norm, change, shift = (summary(x) for x in (normalised_ld(ld, ld_clean, ld_twin), ld - ld_clean,
+                                                    expected_count(scores, counts) - e_clean))
         out.append({"layer": layer, "kind": kind, "head": head, "normalised_ld_mean": norm[0],
                     "normalised_ld_std": norm[1], "n_normalised": norm[2], "ld_change_mean": change[0],
                     "ld_change_std": change[1], "expected_shift_mean": shift[0], "expected_shift_std": shift[1]})
@@ -467,7 +480,8 @@ def run_components(config: ComponentsConfig, *, loaded: LoadedModel | None = Non
             batch, mask, _ = pad_batch(group, pad_id, "left", device)
             rec = ComponentPass(model, *plan.sites)
             out = answer_batch(model, batch, mask, [answer_token_ids(tok, p.n, template) for p in group], stop,
-                               ANSWER_TOKENS, pad_id, prompt_context=rec)
+                               ANSWER_TOKENS, pad_id, prompt_context=rec,
+                               continuation=number_continuations(tok))
             writes = boundary_writes(model, rec, plan.n_heads)
             write_sum = write_sum + writes.writes.sum(axis=0)  # (1 + 2L, d)
             z_sum = z_sum + rec.z.double().sum(dim=0).cpu().numpy()  # (L, H * hd)

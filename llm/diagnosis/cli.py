@@ -3,8 +3,7 @@ save, draw."""
 
 from __future__ import annotations
 
-from countlens.core.args import HelpFormatter, add_common_options
-from countlens.core.fields import field_default
+from countlens.core.args import HelpFormatter, Option, add_common_options, add_config_options, config_values
 
 DIAGNOSE_DESCRIPTION = """\
 Where the answer goes wrong: reads a lens result (countlens llm lens) and a components result (countlens llm
@@ -23,11 +22,8 @@ def register(sub) -> None:
 
     di = sub.add_parser("diagnose", help="where the answer goes wrong: lenses and components side by side",
                         description=DIAGNOSE_DESCRIPTION, formatter_class=HelpFormatter)
-    di.add_argument("--lens", required=True, help="a lens folder or lens.json (countlens llm lens)")
-    di.add_argument("--components", required=True,
-                    help="a components folder or components.json (countlens llm components) of the same model")
-    di.add_argument("--top", type=int, default=field_default(DiagnosisConfig, "top"),
-                    help="how many pushing components to list")
+    add_config_options(di, DiagnosisConfig, options={"lens": Option("lens", required=True),
+                                                    "components": Option("components", required=True)})
     di.add_argument("--out", required=True, help="output folder")
     add_common_options(di, "quiet")
     di.set_defaults(func=cmd_diagnose)
@@ -37,7 +33,7 @@ def cmd_diagnose(args) -> int:
     from countlens.llm.diagnosis.experiment import DiagnosisConfig, run_diagnosis
     from countlens.llm.diagnosis.figures import draw_diagnosis
 
-    result = run_diagnosis(DiagnosisConfig(lens=args.lens, components=args.components, top=args.top))
+    result = run_diagnosis(DiagnosisConfig(**config_values(args)))
     result.save(args.out)
     draw_diagnosis(result, args.out)
     best = result.best

@@ -51,8 +51,11 @@ class DiagnosisConfig(ExperimentConfig):
     pushing components to list."""
 
     lens: str = ""
+    """a lens folder or lens.json (countlens llm lens)"""
     components: str = ""
+    """a components folder or components.json (countlens llm components) of the same model"""
     top: int = 5
+    """how many pushing components to list"""
 
     FIELDS: ClassVar[dict] = {"lens": Text("a lens folder (`countlens llm lens`)"),
                               "components": Text("a components folder (`countlens llm components`)"),

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from countlens.llm.answers import _forward, _select_rows, score_candidates
+from countlens.llm.answers import cached_forward, score_candidates, select_cache_rows
 from countlens.llm.capture.residuals import find_blocks, pad_batch
 from countlens.llm.hooks import HookSet, HookSite, attention_pattern_site, hook_sites
 from countlens.llm.patching.edits import Patch, Setter
@@ -73,7 +73,9 @@ def target_excess(masses: np.ndarray, n: np.ndarray, m: np.ndarray) -> np.ndarra
 
 
 def mean_std(values: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """NaN-skipping mean and population std over ``axis``, and how many values each used."""
+    """NaN-skipping mean and population std over ``axis``, and how many values each used: ``values``
+    (N, ...) -> three arrays of the shape without ``axis`` (NaN mean and std where no value is finite). The one
+    mean/std of the heads' and the components' records."""
     values = np.asarray(values, dtype=np.float64)
     count = np.sum(np.isfinite(values), axis=axis)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -275,7 +277,7 @@ class PrefixBatch:
         self.model = model
         self.ids, self.mask, _ = pad_batch(prompts, pad_id, "left", device)
         self.positions = (self.mask.long().cumsum(-1) - 1).clamp(min=0)
-        _, self.cache = _forward(model, self.ids[:, :-1], self.mask[:, :-1], self.positions[:, :-1], last_only=True)
+        _, self.cache = cached_forward(model, self.ids[:, :-1], self.mask[:, :-1], self.positions[:, :-1], last_only=True)
 
     def step(self, rows, candidates, context=None, readout: Readout | None = None):
         """The boundary step of the batch rows ``rows`` (repeats allowed; each gets a copy of its prompt's
@@ -284,7 +286,7 @@ class PrefixBatch:
         import torch
 
         rows = torch.as_tensor(rows, dtype=torch.long, device=self.ids.device)
-        cache = _select_rows(self.cache, rows)
+        cache = select_cache_rows(self.cache, rows)
         mask, last = self.mask[rows], self.positions[rows, -1:]
         blocks = find_blocks(self.model)
         with contextlib.ExitStack() as stack:
@@ -292,7 +294,7 @@ class PrefixBatch:
                 stack.enter_context(HookSet(blocks).attach([(readout.site, readout.keep)]))
             if context is not None:
                 stack.enter_context(context)
-            logits, cache = _forward(self.model, self.ids[rows, -1:], mask, last, cache, last_only=True)
+            logits, cache = cached_forward(self.model, self.ids[rows, -1:], mask, last, cache, last_only=True)
         scores = score_candidates(self.model, logits, cache, mask, last, candidates)
         return scores, (None if readout is None else readout.values.copy())
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from countlens.core.args import INT_LIST, HelpFormatter, add_common_options
-from countlens.llm.capture.options import MODEL_OPTIONS, add_capture_options, capture_options
+from countlens.core.args import INT_LIST, HelpFormatter, add_common_options, config_values, threaded
+from countlens.llm.capture.options import MODEL_OPTIONS, add_capture_options
 
 HEADS_COMMAND = (*MODEL_OPTIONS, "task", "L", "counts", "per_count", "pairs", "configs", "seeds", "template", "batch_size",
                  "device", "dtype")
@@ -25,37 +25,26 @@ fig12_heads.png/.pdf.
 def register(sub) -> None:
     """Add ``heads`` to the ``countlens llm`` subcommands ``sub``."""
     from countlens.llm.heads.experiment import HeadsConfig
-    from countlens.llm.positions.experiment import FLIPS
 
     hd = HeadsConfig()
     he = sub.add_parser("heads", help="Figure 12: attention mass of every head to the items, and head ablation",
                         description=HEADS_DESCRIPTION, formatter_class=HelpFormatter)
-    add_capture_options(he, HEADS_COMMAND, hd, helps={
+    add_capture_options(he, (*HEADS_COMMAND, "layers", "ablate_prompts", "flip", "probes", "location"), hd, helps={
         "counts": f"counts n of the prompts (ablation needs n >= 1): {INT_LIST}",
         "batch_size": "prompts per forward pass (an ablation step runs all heads of a block for them)"})
-    he.add_argument("--layers", default=None, help="blocks whose heads are ablated: 0-based indices, -1, ranges "
-                                                   "like 0:5, or all (default: all)")
-    he.add_argument("--ablate-prompts", dest="ablate_prompts", type=int, default=hd.ablate_prompts,
-                    help="most prompts ablated, spread over the prompt set (0: attention masses only)")
-    he.add_argument("--flip", choices=FLIPS, default=hd.flip,
-                    help="which target the twin turns into the distractor")
-    he.add_argument("--probes", default=None, help="probes.json fitted on a capture of the same model: its "
-                                                   "read-out is scored too (default: none)")
-    he.add_argument("--location", default=None, help="the probe location to read (default: the probes' best)")
     he.add_argument("--out", required=True, help="output folder")
-    add_common_options(he, "quiet")
+    add_common_options(he, "quiet", "threads", threads=None)
     he.set_defaults(func=cmd_heads)
 
 
+@threaded
 def cmd_heads(args) -> int:
     from countlens.llm.heads.experiment import HeadsConfig, run_heads
     from countlens.llm.heads.figures import draw_heads
     from countlens.llm.models import quiet_transformers
 
     quiet_transformers()
-    config = HeadsConfig().with_options(**capture_options(args, HEADS_COMMAND), layers=args.layers,
-                                        ablate_prompts=args.ablate_prompts, flip=args.flip, probes=args.probes,
-                                        location=args.location)
+    config = HeadsConfig().with_options(**config_values(args))
     result = run_heads(config, progress=not args.quiet)
     result.save(args.out)
     draw_heads(result, args.out)

@@ -93,10 +93,15 @@ class HeadsConfig(ExperimentConfig):
     model: ModelSpec = field(default_factory=ModelSpec)
     prompts: PromptSettings = field(default_factory=_quick_prompts)
     layers: str | None = None
+    """blocks whose heads are ablated: 0-based indices, -1, ranges like 0:5, or all (default: all)"""
     ablate_prompts: int = 8
+    """most prompts ablated, spread over the prompt set (0: attention masses only)"""
     flip: str = "last"
+    """which target the twin turns into the distractor"""
     probes: str | None = None
+    """probes.json fitted on a capture of the same model: its read-out is scored too (default: none)"""
     location: str | None = None
+    """the probe location to read (default: the probes' best)"""
     batch_size: int = 8
 
     FIELDS: ClassVar[dict] = {"model": Nested(ModelSpec, "model"), "prompts": Nested(PromptSettings),
@@ -306,13 +311,109 @@ def _candidates(tokenizer, prompts: list[Prompt], template: str) -> list[list[li
     return [candidate_token_ids(tokenizer, [p.n, p.n - 1], template) for p in prompts]
 
 
+ABLATION_KEYS = ("normalised_ld", "ld_change", "readout_shift")
+
+
+@dataclass
+class AblationScores:
+    """The ablated prompts' scores. ``ld_clean``, ``ld_corrupt`` (A,): log p("n") − log p("n − 1") of each
+    ablated prompt and of its twin (nats); ``readout_clean``, ``readout_corrupt`` (A,): the probe's read-out
+    there (counts; ``None`` without a probe); ``stats``: per ablated block, per quantity of
+    :data:`ABLATION_KEYS`, its (mean, std, count) over the ablated prompts, each (H,)."""
+
+    ld_clean: np.ndarray
+    ld_corrupt: np.ndarray
+    readout_clean: np.ndarray | None
+    readout_corrupt: np.ndarray | None
+    stats: dict[int, dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]]
+
+
+def _probe_readout(plan: HeadsPlan) -> Readout | None:
+    """The probe's read-out at the output of its block, ``None`` without a probe."""
+    if plan.probe is None:
+        return None
+    [where] = hook_sites([plan.probe.index], plan.n_blocks)
+    return Readout(where, plan.probe.coef, plan.probe.intercept)
+
+
+def ablation_scores(model, tokenizer, plan: HeadsPlan, means: np.ndarray, readout: Readout | None,
+                    progress: bool = False) -> AblationScores:
+    """The clean, twin and ablated boundary steps of the plan's ablated prompts (``means`` (n_blocks,
+    H * head_dim): each block's mean boundary output, written in place of one head's), scored as
+    :class:`AblationScores`; a block at or after the probe's location cannot reach its read-out (shift 0)."""
+    from tqdm.auto import tqdm
+
+    pad_id, B, H = pad_token_id(tokenizer), int(plan.config.batch_size), plan.n_heads
+    clean = [plan.prompts[i] for i in plan.ablated]
+    cands = _candidates(tokenizer, clean, plan.config.prompts.template)
+    s_clean, r_clean = boundary_scores(model, clean, cands, pad_id, B, readout)
+    s_twin, r_twin = boundary_scores(model, [pp.corrupt for pp in plan.twins], cands, pad_id, B, readout)
+    sites = hook_sites(plan.layers, plan.n_blocks, plan.site)
+    with tqdm(total=len(clean) * len(sites) * H, unit="ablation", desc="heads", disable=not progress,
+              smoothing=0.1) as bar:
+        s_abl, r_abl = ablated_scores(model, clean, cands, sites, means, H, pad_id, B, readout, bar.update)
+    ld_clean = logit_difference(s_clean, 0, 1)  # (A,) log p("n") − log p("n − 1")
+    ld_twin = logit_difference(s_twin, 0, 1)
+    ld_abl = logit_difference(s_abl, 0, 1)  # (A, len(layers), H)
+    per_prompt = {"normalised_ld": normalised_ld(ld_abl, ld_clean[:, None, None], ld_twin[:, None, None]),
+                  "ld_change": ld_abl - ld_clean[:, None, None]}
+    if readout is not None:
+        shift = r_abl - r_clean[:, None, None]
+        shift[:, [j for j, b in enumerate(plan.layers) if b >= plan.probe.index]] = 0.0  # cannot reach it
+        per_prompt["readout_shift"] = shift
+    stats = {b: {key: mean_std(values[:, j]) for key, values in per_prompt.items()} for j, b in enumerate(plan.layers)}
+    return AblationScores(ld_clean=ld_clean, ld_corrupt=ld_twin, readout_clean=r_clean, readout_corrupt=r_twin,
+                          stats=stats)
+
+
+def _mean_std_columns(name: str, mean, std) -> dict[str, float | None]:
+    """``{name}_mean`` and ``{name}_std`` of a record (``None`` where absent or not finite)."""
+    return {f"{name}_mean": None if mean is None else _num(mean), f"{name}_std": None if std is None else _num(std)}
+
+
+def head_record(layer: int, head: int, kv_head: int, mass: tuple[np.ndarray, np.ndarray],
+                excess: tuple[np.ndarray, np.ndarray], stats: dict[str, tuple] | None) -> dict[str, Any]:
+    """One record of :attr:`HeadsResult.heads`: ``mass`` (mean, std) of the head's attention masses over the
+    prompts, each (Q, 3) (:data:`QUERIES` × :data:`KINDS`); ``excess`` (mean, std) of its target excess, each
+    (Q,); ``stats``: its block's ablation statistics (:attr:`AblationScores.stats`), ``None`` where the block
+    was not ablated."""
+    row: dict[str, Any] = {"layer": layer, "head": head, "kv_head": kv_head}
+    for q, query in enumerate(QUERIES):
+        for k, kind in enumerate(KINDS):
+            row.update(_mean_std_columns(f"{query}_{kind}", mass[0][q, k], mass[1][q, k]))
+        row.update(_mean_std_columns(f"{query}_target_excess", excess[0][q], excess[1][q]))
+    row["ablated"] = stats is not None
+    for key in ABLATION_KEYS:
+        mean, std, count = stats[key] if stats is not None and key in stats else (None, None, None)
+        row.update(_mean_std_columns(key, None if mean is None else mean[head], None if std is None else std[head]))
+        if key == "normalised_ld":
+            row["n_normalised"] = None if count is None else int(count[head])
+            row["effect_mean"] = None if row["normalised_ld_mean"] is None else 1.0 - row["normalised_ld_mean"]
+    return row
+
+
+def prompt_record(index: int, p: Prompt, scores: AblationScores | None = None, a: int | None = None,
+                  flipped_position: int | None = None) -> dict[str, Any]:
+    """One record of :attr:`HeadsResult.prompts`: prompt ``index`` and, where it was ablated (``a``: its row
+    in ``scores``; ``flipped_position``: the item its twin flips), its and its twin's LD and read-outs."""
+    ablated = a is not None
+    readout = ablated and scores.readout_clean is not None
+    return {"index": index, "seed": p.seed, "config": p.config, "pair": p.pair, "n": p.n, "m": p.m,
+            "n_tokens": p.n_tokens, "first_item_index": p.first_item_index, "last_item_index": p.last_item_index,
+            "ablated": ablated, "flipped_position": flipped_position if ablated else None,
+            "ld_clean": _num(scores.ld_clean[a]) if ablated else None,
+            "ld_corrupt": _num(scores.ld_corrupt[a]) if ablated else None,
+            "normalised": bool(abs(scores.ld_clean[a] - scores.ld_corrupt[a]) >= MIN_LD_GAP) if ablated else None,
+            "readout_clean": _num(scores.readout_clean[a]) if readout else None,
+            "readout_corrupt": _num(scores.readout_corrupt[a]) if readout else None}
+
+
 def run_heads(config: HeadsConfig, *, loaded: LoadedModel | None = None, progress: bool = False,
               pool: ModelPool | None = None) -> HeadsResult:
     """Figure 12 (:mod:`countlens.llm.heads.attention`): the masses from one eager forward per batch of prompts, then
     the clean, twin and ablated boundary steps of the ablated prompts. ``loaded`` reuses a model already loaded
     from ``config.model``."""
     import torch
-    from tqdm.auto import tqdm
 
     started = time.perf_counter()
     plan = plan_heads(config, progress, pool)
@@ -320,87 +421,30 @@ def run_heads(config: HeadsConfig, *, loaded: LoadedModel | None = None, progres
     model, tok = loaded.model, loaded.tokenizer
     if len(find_blocks(model)) != plan.n_blocks:
         raise RuntimeError("the loaded model's blocks differ from its config's")
-    pad_id, B, H = pad_token_id(tok), int(config.batch_size), plan.n_heads
-    template = config.prompts.template
+    H = plan.n_heads
+    readout = _probe_readout(plan)
     with torch.inference_mode():
-        masses, means = head_masses(model, plan.prompts, plan.roles, plan.site, pad_id, B)  # (P, L, Q, H, 3)
-        head_dim = means.shape[-1] // H
-        clean = [plan.prompts[i] for i in plan.ablated]
-        twins = [pp.corrupt for pp in plan.twins]
-        readout = None
-        if plan.probe is not None:
-            [where] = hook_sites([plan.probe.index], plan.n_blocks)
-            readout = Readout(where, plan.probe.coef, plan.probe.intercept)
-        if clean:
-            cands = _candidates(tok, clean, template)
-            s_clean, r_clean = boundary_scores(model, clean, cands, pad_id, B, readout)
-            s_twin, r_twin = boundary_scores(model, twins, cands, pad_id, B, readout)
-            sites = hook_sites(plan.layers, plan.n_blocks, plan.site)
-            with tqdm(total=len(clean) * len(sites) * H, unit="ablation", desc="heads", disable=not progress,
-                      smoothing=0.1) as bar:
-                s_abl, r_abl = ablated_scores(model, clean, cands, sites, means, H, pad_id, B, readout, bar.update)
-    n = np.array([p.n for p in plan.prompts])
-    m = np.array([p.m for p in plan.prompts])
-    excess = target_excess(masses, n, m)  # (P, L, Q, H)
+        masses, means = head_masses(model, plan.prompts, plan.roles, plan.site, pad_token_id(tok),
+                                    int(config.batch_size))  # (P, L, Q, H, 3), (L, H * head_dim)
+        scores = ablation_scores(model, tok, plan, means, readout, progress) if plan.ablated else None
+    excess = target_excess(masses, np.array([p.n for p in plan.prompts]), np.array([p.m for p in plan.prompts]))
     mass_mean, mass_std, _ = mean_std(masses)  # (L, Q, H, 3)
     ex_mean, ex_std, _ = mean_std(excess)  # (L, Q, H)
-    A = len(clean)
-    ld_clean = logit_difference(s_clean, 0, 1) if A else np.zeros(0)  # log p("n") − log p("n − 1")
-    ld_twin = logit_difference(s_twin, 0, 1) if A else np.zeros(0)
-    ablation: dict[int, dict[str, np.ndarray]] = {}
-    if A:
-        ld_abl = logit_difference(s_abl, 0, 1)  # (A, len(layers), H)
-        norm = normalised_ld(ld_abl, ld_clean[:, None, None], ld_twin[:, None, None])
-        change = ld_abl - ld_clean[:, None, None]
-        shift = None
-        if readout is not None:
-            shift = r_abl - r_clean[:, None, None]
-            shift[:, [j for j, b in enumerate(plan.layers) if b >= plan.probe.index]] = 0.0  # cannot reach it
-        for j, b in enumerate(plan.layers):
-            stats = {"normalised_ld": mean_std(norm[:, j]), "ld_change": mean_std(change[:, j])}
-            if shift is not None:
-                stats["readout_shift"] = mean_std(shift[:, j])
-            ablation[b] = stats
-    heads = []
+    stats = {} if scores is None else scores.stats
     group = max(1, H // plan.n_kv_heads)
-    for b in range(plan.n_blocks):
-        for h in range(H):
-            row: dict[str, Any] = {"layer": b, "head": h, "kv_head": h // group}
-            for q, query in enumerate(QUERIES):
-                for k, kind in enumerate(KINDS):
-                    row[f"{query}_{kind}_mean"] = _num(mass_mean[b, q, h, k])
-                    row[f"{query}_{kind}_std"] = _num(mass_std[b, q, h, k])
-                row[f"{query}_target_excess_mean"] = _num(ex_mean[b, q, h])
-                row[f"{query}_target_excess_std"] = _num(ex_std[b, q, h])
-            stats = ablation.get(b)
-            row["ablated"] = stats is not None
-            for key in ("normalised_ld", "ld_change", "readout_shift"):
-                mean, std, count = stats[key] if stats is not None and key in stats else (None, None, None)
-                row[f"{key}_mean"] = None if mean is None else _num(mean[h])
-                row[f"{key}_std"] = None if std is None else _num(std[h])
-                if key == "normalised_ld":
-                    row["n_normalised"] = None if count is None else int(count[h])
-                    row["effect_mean"] = None if row["normalised_ld_mean"] is None else 1.0 - row["normalised_ld_mean"]
-            heads.append(row)
+    heads = [head_record(b, h, h // group, (mass_mean[b, :, h], mass_std[b, :, h]), (ex_mean[b, :, h], ex_std[b, :, h]),
+                         stats.get(b)) for b in range(plan.n_blocks) for h in range(H)]
     at = {i: a for a, i in enumerate(plan.ablated)}
-    prompt_rows = []
-    for i, p in enumerate(plan.prompts):
-        a = at.get(i)
-        rec = {"index": i, "seed": p.seed, "config": p.config, "pair": p.pair, "n": p.n, "m": p.m,
-               "n_tokens": p.n_tokens, "first_item_index": p.first_item_index, "last_item_index": p.last_item_index,
-               "ablated": a is not None, "flipped_position": None if a is None else plan.twins[a].flipped_position,
-               "ld_clean": None if a is None else _num(ld_clean[a]), "ld_corrupt": None if a is None else _num(ld_twin[a]),
-               "normalised": None if a is None else bool(abs(ld_clean[a] - ld_twin[a]) >= MIN_LD_GAP),
-               "readout_clean": None if a is None or readout is None else _num(r_clean[a]),
-               "readout_corrupt": None if a is None or readout is None else _num(r_twin[a])}
-        prompt_rows.append(rec)
-    unnormalised = [r["index"] for r in prompt_rows if r["normalised"] is False]
+    prompt_rows = [prompt_record(i, p, scores, at.get(i), plan.twins[at[i]].flipped_position if i in at else None)
+                   for i, p in enumerate(plan.prompts)]
     probe = None if plan.probe is None else {"file": str(config.probes), "location": plan.probe.location,
                                             "index": plan.probe.index}
-    return HeadsResult(config.to_dict(), loaded.model_id, plan.architecture, plan.n_blocks, H, plan.n_kv_heads,
-                       int(head_dim), plan.layers if A else [], heads, prompt_rows, unnormalised, probe, MIN_LD_GAP,
-                       round(time.perf_counter() - started, 3), result_provenance(config))
-
+    return HeadsResult(config=config.to_dict(), model=loaded.model_id, architecture=plan.architecture,
+                       n_layers=plan.n_blocks, n_heads=H, n_kv_heads=plan.n_kv_heads, head_dim=int(means.shape[-1] // H),
+                       layers=plan.layers if scores is not None else [], heads=heads, prompts=prompt_rows,
+                       unnormalised=[r["index"] for r in prompt_rows if r["normalised"] is False], probe=probe,
+                       min_gap=MIN_LD_GAP, seconds=round(time.perf_counter() - started, 3),
+                       provenance=result_provenance(config))
 
 
 declare(Experiment(
@@ -417,4 +461,4 @@ declare(Experiment(
 
 
 __all__ = ["HeadsConfig", "HeadsPlan", "HeadsResult", "ProbeRead", "plan_heads", "run_heads", "read_probe",
-           "prompt_roles", "ablated_layers"]
+           "prompt_roles", "ablated_layers", "AblationScores", "ablation_scores", "head_record", "prompt_record"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from countlens.core.args import INT_LIST, HelpFormatter, add_common_options, parse_float_list
+from countlens.core.args import INT_LIST, HelpFormatter, Option, add_common_options, config_values
 from countlens.core.fields import field_default
 from countlens.llm.capture.options import add_capture_options, parse_counts
 
@@ -24,31 +24,15 @@ def register(sub) -> None:
     """Add ``lens`` to the ``countlens llm`` subcommands ``sub``."""
     from countlens.llm.lens.experiment import LensConfig
 
-    def default(name):  # a LensConfig needs its capture (acts): its defaults are read without building one
-        return field_default(LensConfig, name)
-
     le = sub.add_parser("lens", help="Figure 13: logit and tuned lenses at the boundary, count directions vs the "
                                      "unembedding", description=LENS_DESCRIPTION, formatter_class=HelpFormatter)
-    le.add_argument("--acts", required=True, help="a capture folder made by `countlens llm capture` (its model is "
-                                                  "recorded) with the last location")
-    le.add_argument("--probes", default=None, help="probes.json fitted on that capture: its probes are compared "
-                                                   "with the unembedding too (default: none)")
+    add_capture_options(le, ("acts", "probes", "locations", "counts", "alphas", "seed", "fractions",
+                             "baseline_directions", "device"), LensConfig,
+                        helps={"counts": f"candidate answers: {INT_LIST} (default: the capture's count range)"},
+                        options={"acts": Option("acts", required=True), "fractions": Option("fractions", alias="--split"),
+                                 "counts": Option("counts", parse=parse_counts)})
     le.add_argument("--out", required=True, help="output folder")
-    le.add_argument("--locations", default=None, help="the capture's locations to read: names, indices, ranges "
-                                                      "like 0:6, or all (default: all)")
-    le.add_argument("--counts", default=None, help=f"candidate answers: {INT_LIST} (default: the capture's count "
-                                                   "range)")
-    le.add_argument("--alphas", default=",".join(f"{a:g}" for a in default("alphas")),
-                    help="the tuned lens's relative ridge penalties (multiples of the mean eigenvalue of the "
-                         "standardised design), comma-separated")
-    le.add_argument("--seed", type=int, default=default("seed"), help="split seed")
-    le.add_argument("--split", dest="fractions", default=",".join(f"{f:g}" for f in default("fractions")),
-                    help="train,validation,test fractions")
-    le.add_argument("--baseline-directions", dest="baseline_directions", type=int, default=default("baseline_directions"),
-                    help="random directions of the angle baseline")
-    add_common_options(le, "threads", threads=default("threads"))
-    add_capture_options(le, ("device",), LensConfig)
-    add_common_options(le, "quiet")
+    add_common_options(le, "threads", "quiet", threads=field_default(LensConfig, "threads"))
     le.set_defaults(func=cmd_lens)
 
 
@@ -58,12 +42,7 @@ def cmd_lens(args) -> int:
     from countlens.llm.models import quiet_transformers
 
     quiet_transformers()
-    config = LensConfig(acts=args.acts, probes=args.probes, locations=args.locations,
-                        counts=None if args.counts is None else parse_counts(args.counts, "counts"),
-                        alphas=parse_float_list(args.alphas, "alphas"), seed=args.seed,
-                        fractions=parse_float_list(args.fractions, "fractions"),
-                        baseline_directions=args.baseline_directions, device=args.device,
-                        threads=args.threads)
+    config = LensConfig(**config_values(args), threads=args.threads)
     result = run_lens(config, progress=not args.quiet)
     result.save(args.out)
     draw_lens(result, args.out)

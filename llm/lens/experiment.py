@@ -67,13 +67,21 @@ class LensConfig(ExperimentConfig):
     in 19 s, two in 106 s)."""
 
     acts: str = ""
+    """a capture folder made by `countlens llm capture` (its model is recorded) with the last location"""
     probes: str | None = None
+    """probes.json fitted on that capture: its probes are compared with the unembedding too (default: none)"""
     locations: str | None = None
+    """the capture's locations to read: names, indices, ranges like 0:6, or all (default: all)"""
     counts: list[int] | None = None
     alphas: list[float] = field(default_factory=lambda: list(TUNED_ALPHAS))
+    """the tuned lens's relative ridge penalties (multiples of the mean eigenvalue of the standardised
+    design), comma-separated"""
     seed: int = 0
+    """split seed"""
     fractions: list[float] = field(default_factory=lambda: list(LENS_FRACTIONS))
+    """train,validation,test fractions"""
     baseline_directions: int = 1000
+    """random directions of the angle baseline"""
     device: str = "cpu"
     threads: int | None = 1
 

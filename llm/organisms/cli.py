@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from countlens.core.args import HelpFormatter, add_common_options
+from countlens.core.args import HelpFormatter, Option, add_common_options, add_config_options, config_values
 from countlens.core.fields import AtLeast
 
 DESCRIPTION = """\
@@ -30,15 +30,16 @@ CHECK_DESCRIPTION = """\
 Run countlens's experiments on a trained organism (on its held-out prompts) and check each against what the
 construction guarantees: greedy accuracy >= 0.99; ablating a zeroed head (Figure 12, on a float64 copy)
 changes the logit difference by at most 1e-6 nats, the same for every zeroed head; the heads whose ablation
-matters most are exactly the live ones; removing the item-reading head (the live head attending most from the
-boundary to the targets) leaves greedy accuracy at most twice chance; direct logit attribution gives zeroed
-heads nothing and ranks the live ones first; patching the boundary's last residual with a source prompt's
-makes the source count's first answer token the answer's first token on >= 95 % of pairs; position patching
+matters most are exactly the live ones; removing every live head of the item-reading block (that of the live
+head attending most from the boundary to the targets) leaves greedy accuracy at most twice chance; direct logit
+attribution gives zeroed heads nothing and ranks the live ones first; patching the boundary's last residual
+with a source prompt's makes the source count's first answer token the answer's first token on >= 95 % of
+pairs, and after the last live block the source prompt's own first token on every pair; position patching
 (Figure 11) finds the flipped item's effect at the item before the first live block (>= 0.99) and not yet at
 the boundary (<= 0.01), and at the boundary after the last live block (>= 0.99); a ridge probe reads the count
 at the boundary (test rounded accuracy >= 0.95) right after the first block with a live head, and not before
-it; count-unit steering along the mean difference moves the expected count by 0.5 to 1.5 per unit. Prints one
-PASS/FAIL line per check; exit 1 when any fails.
+it. Count-unit steering's slope along the mean difference is reported with no bound (INFO): nothing planted
+makes the count linearly steerable. Prints one PASS/FAIL line per check; exit 1 when any fails.
 """
 
 
@@ -56,7 +57,9 @@ organism_scaling.csv and organism_scaling.png into OUT.
 
 def register(subparsers) -> None:
     """Add ``countlens organism`` and its subcommands."""
-    from countlens.llm.organisms.experiment import SOFTMAX, OrganismConfig
+    from countlens.llm.organisms.experiment import SOFTMAX, OrganismConfig, parse_live_heads
+    from countlens.llm.organisms.scaling import ScalingConfig
+    from countlens.llm.prompts import parse_pairs
 
     d = OrganismConfig()
     area = subparsers.add_parser("organism", help="train chat models that count, with a planted circuit",
@@ -66,35 +69,10 @@ def register(subparsers) -> None:
     tr = sub.add_parser("train", help="train an organism into a folder (resumable)", description=TRAIN_DESCRIPTION,
                         formatter_class=HelpFormatter)
     tr.add_argument("--out", required=True, help="the organism's folder (new, empty, or an organism to resume)")
-    tr.add_argument("--L", dest="L", type=int, default=d.L, help="largest count (counts 0..L)")
-    tr.add_argument("--layers", type=int, default=d.layers, help="transformer blocks")
-    tr.add_argument("--heads", type=int, default=d.heads, help="attention heads per block")
-    tr.add_argument("--width", type=int, default=d.width, help="residual width (divisible by --heads)")
-    tr.add_argument("--attention-only", dest="attention_only", action="store_true",
-                    help="no MLPs (their weights frozen at zero) (default: MLPs of 4 x width)")
-    tr.add_argument("--live-heads", dest="live_heads", default=None,
-                    help="the only heads that write to the residual, block.head 0-based, like 0.1,1.3 "
-                         "(default: all)")
-    tr.add_argument("--seed", type=int, default=d.seed, help="initialisation and prompt-order seed")
-    tr.add_argument("--tokenizer", default=d.tokenizer,
-                    help="model whose tokenizer and chat template the organism takes (as --model takes it)")
-    tr.add_argument("--pairs", default=None, help="target/distractor pairs like a/b,cat/dog (default: the four "
-                                                  "default pairs)")
-    tr.add_argument("--lr", type=float, default=d.lr, help="AdamW learning rate")
-    tr.add_argument("--warmup", type=int, default=d.warmup,
-                    help="steps of the rate's linear warm-up (then constant, then falling as 1 / step)")
-    tr.add_argument("--decay", type=int, default=d.decay,
-                    help="the step from which the rate falls as DECAY / step (beyond --max-steps: a constant rate)")
-    tr.add_argument("--batch-size", dest="batch_size", type=int, default=d.batch_size, help="prompts per step")
-    tr.add_argument("--softmax", choices=SOFTMAX, default=d.softmax,
-                    help="the training loss's softmax: over the task's tokens (those of its prompts and answers; "
-                         "faster) or the full vocabulary; accuracy is always of the full-vocabulary greedy answer")
-    tr.add_argument("--max-steps", dest="max_steps", type=int, default=d.max_steps,
-                    help="most training steps (a resumed run may raise it)")
-    tr.add_argument("--eval-every", dest="eval_every", type=int, default=d.eval_every,
-                    help="steps between held-out checks (and checkpoints)")
-    tr.add_argument("--target-accuracy", dest="target_accuracy", type=float, default=d.target_accuracy,
-                    help="held-out greedy accuracy at which training stops")
+    add_config_options(tr, d, [n for n in _TRAIN_SETTINGS], options={
+        "softmax": Option("softmax", choices=SOFTMAX),
+        "live_heads": Option("live_heads", parse=lambda text, field: parse_live_heads(text)),
+        "pairs": Option("pairs", parse=lambda text, field: parse_pairs(text))})
     add_common_options(tr, "quiet")
     add_common_options(tr, "threads")
     tr.set_defaults(func=cmd_train)
@@ -112,15 +90,7 @@ def register(subparsers) -> None:
                                                  "organism_scaling.json / .csv and the figure")
     sc.add_argument("--preset", choices=("quick", "full", "test"), default="quick",
                     help="sizes: quick (L = 10, 30; two seeds), full (L = 10, 30, 100; three seeds), test (tiny)")
-    sc.add_argument("--Ls", dest="Ls", default=None, help="lengths L to train at, like 10,30 (default: the preset's)")
-    sc.add_argument("--seeds", default=None, help="seeds per L, like 0,1 (default: the preset's)")
-    sc.add_argument("--width", type=int, default=None, help="residual width (default: the preset's)")
-    sc.add_argument("--max-steps", dest="max_steps", type=int, default=None,
-                    help="most training steps per organism (default: the preset's; a rerun may raise it)")
-    sc.add_argument("--llm-acts", dest="llm_acts", default=None,
-                    help="an existing capture folder for the LLM column (default: none)")
-    sc.add_argument("--llm-location", dest="llm_location", default=None,
-                    help="the LLM capture's location, a name or index (default: its last)")
+    add_config_options(sc, ScalingConfig, _SCALING_SETTINGS, unset=True, default_text="the preset's")
     sc.add_argument("--workers", type=int, default=1,
                     help="processes training organisms side by side, the largest L first, one torch thread each "
                          "(--threads is then unused; the table is that of one worker on one thread)")
@@ -129,17 +99,18 @@ def register(subparsers) -> None:
     sc.set_defaults(func=cmd_scaling)
 
 
+# The organism's settings ``organism train`` takes (the rest keep OrganismConfig's defaults).
+_TRAIN_SETTINGS = ("L", "layers", "heads", "width", "attention_only", "live_heads", "seed", "tokenizer", "pairs",
+                   "lr", "warmup", "decay", "batch_size", "softmax", "max_steps", "eval_every", "target_accuracy")
+# The scaling settings ``organism scaling`` takes over its preset's.
+_SCALING_SETTINGS = ("Ls", "seeds", "width", "max_steps", "llm_acts", "llm_location")
+
+
 def train_config(args):
     """The :class:`OrganismConfig` of a ``train`` command line."""
-    from countlens.llm.organisms.experiment import OrganismConfig, parse_live_heads
-    from countlens.llm.prompts import parse_pairs
+    from countlens.llm.organisms.experiment import OrganismConfig
 
-    extra = {"pairs": parse_pairs(args.pairs)} if args.pairs else {}
-    return OrganismConfig(L=args.L, layers=args.layers, heads=args.heads, width=args.width,
-                          attention_only=args.attention_only, live_heads=parse_live_heads(args.live_heads),
-                          seed=args.seed, tokenizer=args.tokenizer, lr=args.lr, warmup=args.warmup, decay=args.decay,
-                          batch_size=args.batch_size, max_steps=args.max_steps, eval_every=args.eval_every,
-                          target_accuracy=args.target_accuracy, softmax=args.softmax, **extra)
+    return OrganismConfig(**config_values(args, OrganismConfig))
 
 
 def cmd_train(args) -> int:
@@ -190,14 +161,9 @@ def scaling_config(args):
     with the options given."""
     import dataclasses
 
-    from countlens.core.args import parse_int_list
     from countlens.llm.organisms.scaling import PRESETS
 
-    given = {"Ls": parse_int_list(args.Ls, "Ls") if args.Ls is not None else None,
-             "seeds": parse_int_list(args.seeds, "seeds") if args.seeds is not None else None,
-             "width": args.width, "max_steps": args.max_steps, "llm_acts": args.llm_acts,
-             "llm_location": args.llm_location}
-    return dataclasses.replace(PRESETS[args.preset], **{k: v for k, v in given.items() if v is not None})
+    return dataclasses.replace(PRESETS[args.preset], **config_values(args))
 
 
 def cmd_scaling(args) -> int:

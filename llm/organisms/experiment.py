@@ -102,24 +102,42 @@ class OrganismConfig(ExperimentConfig):
     always of the full-vocabulary greedy answer; :mod:`.train`, "Loss")."""
 
     L: int = 30
+    """largest count (counts 0..L)"""
     layers: int = 2
+    """transformer blocks"""
     heads: int = 4
+    """attention heads per block"""
     width: int = 64
+    """residual width (divisible by {heads})"""
     attention_only: bool = False
+    """no MLPs (their weights frozen at zero) (default: MLPs of 4 x width)"""
     live_heads: list[list[int]] | None = None
+    """the only heads that write to the residual, block.head 0-based, like 0.1,1.3 (default: all)"""
     seed: int = 0
+    """initialisation and prompt-order seed"""
     tokenizer: str = DEFAULT_MODEL
+    """model whose tokenizer and chat template the organism takes (as --model takes it)"""
     pairs: list[list[str]] = field(default_factory=lambda: [list(p) for p in DEFAULT_PAIRS])
+    """target/distractor pairs like a/b,cat/dog (default: the four default pairs)"""
     configs: list[str] = field(default_factory=lambda: list(CONFIGURATIONS))
     lr: float = 5e-3
+    """AdamW learning rate"""
     warmup: int = WARMUP
+    """steps of the rate's linear warm-up (then constant, then falling as 1 / step)"""
     decay: int = DECAY
+    """the step from which the rate falls as DECAY / step (beyond {max_steps}: a constant rate)"""
     batch_size: int = 32
+    """prompts per step"""
     max_steps: int = 3000
+    """most training steps (a resumed run may raise it)"""
     eval_every: int = 100
+    """steps between held-out checks (and checkpoints)"""
     held_out_seeds: int = 2
     target_accuracy: float = 0.99
+    """held-out greedy accuracy at which training stops"""
     softmax: str = "task"
+    """the training loss's softmax: over the task's tokens (those of its prompts and answers; faster) or the
+    full vocabulary; accuracy is always of the full-vocabulary greedy answer"""
 
     FIELDS: ClassVar[dict] = {"L": AtLeast(1), "layers": AtLeast(1), "heads": AtLeast(1), "width": AtLeast(2),
                               "seed": AtLeast(0), "lr": Positive(), "warmup": AtLeast(1), "decay": AtLeast(1),

@@ -4,7 +4,15 @@
 
 from __future__ import annotations
 
-from countlens.core.args import INT_LIST, HelpFormatter, add_common_options, ints_text, parse_int_list
+from countlens.core.args import (
+    INT_LIST,
+    HelpFormatter,
+    add_common_options,
+    add_config_options,
+    config_values,
+    ints_text,
+    threaded,
+)
 from countlens.core.errors import ConfigError
 from countlens.llm.capture.options import MODEL_OPTIONS, add_capture_options, capture_options, parse_counts
 
@@ -36,8 +44,7 @@ fig11_position_patching.png/.pdf.
 def register(sub) -> None:
     """Add ``patch`` to the ``countlens llm`` subcommands ``sub``."""
     from countlens.llm.patching.experiment import PatchingConfig
-    from countlens.llm.patching.replay import PATCH_METHODS
-    from countlens.llm.positions.experiment import FLIPS, POSITION_SETS, PositionPatchingConfig
+    from countlens.llm.positions.experiment import POSITION_SETS, PositionPatchingConfig
 
     pd, xd = PatchingConfig(), PositionPatchingConfig()
     pa = sub.add_parser("patch", help="Figures 9a and 11: patch the boundary vector of one count into another's "
@@ -53,33 +60,26 @@ def register(sub) -> None:
                     help="boundary: Figure 9a, the boundary vector of a source prompt patched into a target prompt; "
                          "all: Figure 11, every position from the first item to the boundary patched into the "
                          "corrupted twin; items: the items and the boundary only")
-    pa.add_argument("--sources", default=None, help=f"source counts n_s, one per target (--positions boundary; "
-                                                    f"default: {ints_text(pd.sources)})")
-    pa.add_argument("--targets", default=None, help=f"target counts n_t, the prompts that are patched (--positions "
-                                                    f"boundary; default: {ints_text(pd.targets)})")
+    add_config_options(pa, PatchingConfig, _BOUNDARY, unset=True, when="--positions boundary")
     pa.add_argument("--counts", dest="counts", default=None,
                     help=f"counts n >= 1 of the clean prompts (--positions all|items): {INT_LIST} (default: "
                          f"{ints_text(xd.prompts.counts)})")
-    pa.add_argument("--flip", dest="flip", choices=FLIPS, default=None,
-                    help=f"which target the corrupted twin turns into the distractor (--positions all|items; "
-                         f"default: {xd.flip})")
-    pa.add_argument("--location-step", dest="location_step", type=int, default=None,
-                    help="patch every k-th of --locations, the last always (--positions all|items; default: "
-                         f"{xd.location_step})")
-    pa.add_argument("--method", dest="method", choices=PATCH_METHODS, default=None,
-                    help="cached: reuse the corrupted run's key/value cache and residuals (fast); naive: one whole "
-                         f"forward per position and location (the reference; same scores) (default: {xd.method})")
-    pa.add_argument("--min-gap", dest="min_gap", type=float, default=None,
-                    help="pairs whose two unpatched logit differences differ by less than this many nats are listed, "
-                         f"not normalised (default: {pd.min_gap:g})")
-    add_common_options(pa, "quiet")
+    add_config_options(pa, PositionPatchingConfig, _POSITIONS, unset=True, when="--positions all|items")
+    add_config_options(pa, PositionPatchingConfig, ("min_gap",), unset=True)
+    add_common_options(pa, "quiet", "threads", threads=None)
     pa.set_defaults(func=cmd_patch)
+
+
+# The settings of one mode of ``patch`` alone: boundary patching's (Figure 9a), patching over positions' (Figure 11).
+_BOUNDARY = ("sources", "targets")
+_POSITIONS = ("flip", "location_step", "method")
 
 
 def _given(args, *names: str) -> list[str]:
     return [name for name in names if getattr(args, name, None) is not None]
 
 
+@threaded
 def cmd_patch(args) -> int:
     from countlens.llm.models import quiet_transformers
 
@@ -93,11 +93,9 @@ def cmd_patch(args) -> int:
     if wrong:
         raise ConfigError(wrong[0], f"{{{wrong[0]}}} is for {{positions:all}} (Figure 11); boundary patching "
                                     "takes {sources} and {targets}", also=("positions", "sources", "targets"))
-    defaults = PatchingConfig()
-    config = PatchingConfig().with_options(
-        **capture_options(args, PATCH_COMMAND), **({"min_gap": args.min_gap} if args.min_gap is not None else {}),
-        sources=parse_int_list(args.sources, "sources") if args.sources is not None else defaults.sources,
-        targets=parse_int_list(args.targets, "targets") if args.targets is not None else defaults.targets)
+    given = config_values(args)
+    config = PatchingConfig().with_options(**capture_options(args, PATCH_COMMAND),
+                                           **{n: given[n] for n in (*_BOUNDARY, "min_gap") if n in given})
     result = run_patching(config, progress=not args.quiet)
     result.save(args.out)
     draw_patching(result, args.out)
@@ -121,8 +119,8 @@ def _patch_positions(args) -> int:
         raise ConfigError(wrong[0], f"{{{wrong[0]}}} is for {{positions:boundary}} (Figure 9a); patching over "
                                     "positions takes {counts}", also=("positions", "counts"))
     names = [n for n in PATCH_COMMAND if n != "answer_tokens"]
-    values = {n: getattr(args, n) for n in ("flip", "method", "min_gap", "location_step")
-              if getattr(args, n) is not None}
+    given = config_values(args)
+    values = {n: given[n] for n in (*_POSITIONS, "min_gap") if n in given}
     if args.counts is not None:
         values["counts"] = parse_counts(args.counts, "counts")
     config = PositionPatchingConfig().with_options(**capture_options(args, names), positions=args.positions,

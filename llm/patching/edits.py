@@ -37,6 +37,7 @@ from countlens.llm.answers import (
     answer_prompts,
     answer_token_ids,
     candidate_token_ids,
+    number_continuations,
     parse_answer,
     score_candidates,
     stop_token_ids,
@@ -155,7 +156,8 @@ def boundary_setter(site, boundary_index, value, mode: str = "replace", rows: Se
 
 class BoundaryEdit(Patch):
     """Context manager: edit the boundary vector at residual ``location`` during every forward it spans (one
-    :class:`Setter`, :func:`boundary_setter`).
+    :class:`Setter`, :func:`boundary_setter`): the one-edit form for a notebook or a test. The experiments
+    batch one edit per prompt with :func:`boundary_edits` instead (the same setter).
 
     >>> with BoundaryEdit(model, location=5, boundary_index=index, replace=vectors):   # vectors (B, d)
     ...     model(input_ids, attention_mask=mask)
@@ -269,7 +271,8 @@ def scored_answers(model, tokenizer, prompts, counts: Sequence[int], template: s
         ids, mask, index = pad_batch([prompts[i] for i in rows], pad_id, "left", device)
         correct = [answer_token_ids(tokenizer, prompts[i].n, template) for i in rows]
         out = answer_batch(model, ids, mask, correct, stop, answer_tokens, pad_id,
-                           None if context is None else context(rows, index), candidates=candidates)
+                           None if context is None else context(rows, index), candidates=candidates,
+                           continuation=number_continuations(tokenizer))
         for i, text in zip(rows, out.texts(tokenizer), strict=True):
             texts[i] = text
         logprob[rows], scores[rows] = out.logprob, out.candidates
@@ -289,7 +292,7 @@ def patched_prompt_logprobs(model, ids, candidates, cells: Sequence[Sequence[Set
 
     import torch
 
-    from countlens.llm.answers import _forward
+    from countlens.llm.answers import cached_forward
 
     device = model.get_input_embeddings().weight.device
     ids = torch.as_tensor(list(ids), device=device)[None]  # (1, T)
@@ -303,7 +306,7 @@ def patched_prompt_logprobs(model, ids, candidates, cells: Sequence[Sequence[Set
         positions = torch.arange(T, device=device)[None].expand(rows, -1)
         setters = [dataclasses.replace(s, rows=[r]) for r, c in enumerate(mine) for s in cells[c]]
         with Patch(model, setters):
-            logits, cache = _forward(model, batch, mask, positions, last_only=True)
+            logits, cache = cached_forward(model, batch, mask, positions, last_only=True)
         last = torch.full((rows, 1), T - 1, device=device)
         out[mine] = score_candidates(model, logits, cache, mask, last, [list(c) for c in candidates])
     return out

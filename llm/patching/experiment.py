@@ -1,5 +1,7 @@
 """Figure 9a, boundary activation patching: a :class:`PatchingConfig` in, a :class:`PatchingResult` out
-(``patching.json`` and ``patching.csv``). The edit itself is :class:`countlens.llm.patching.edits.BoundaryEdit`.
+(``patching.json`` and ``patching.csv``). The edits (one boundary vector replaced per prompt) are
+:func:`countlens.llm.patching.edits.boundary_edits`, batched across prompts by
+:func:`~countlens.llm.patching.edits.scored_answers`.
 
 Beside the greedy answer (which a weak model leaves at "1" whatever is patched), every answer is scored as a
 distribution over the candidate counts (docs/definitions.md §2, :mod:`countlens.llm.answers`): the normalised
@@ -100,7 +102,9 @@ class PatchingConfig(ExperimentConfig):
     model: ModelSpec = field(default_factory=ModelSpec)
     prompts: PromptSettings = field(default_factory=_patching_prompts)
     sources: list[int] = field(default_factory=lambda: [12, 9, 6, 3])
+    """source counts n_s, one per target"""
     targets: list[int] = field(default_factory=lambda: [3, 6, 9, 12])
+    """target counts n_t, the prompts that are patched"""
     locations: str | None = None
     batch_size: int = 16
     answer_tokens: int = ANSWER_TOKENS
@@ -251,6 +255,105 @@ def patching_candidates(config: PatchingConfig) -> list[int]:
     return list(range(min(counts), max(counts) + 1))
 
 
+@dataclass
+class PatchingScores:
+    """Every pass of a Figure 9a run over its P (source, target) pairs: the target prompts' ``clean`` and
+    ``patched`` answers (:func:`~countlens.llm.patching.edits.scored_answers`; patched row ``j * P + i`` is
+    pair i patched at location j), the sources' candidate log-probabilities ``lp_source`` (P, K), the answer
+    distributions over ``candidates`` of the three (``dist_target``, ``dist_source``, ``dist_patched``), and
+    ``ld_target``, ``ld_source`` (P,): log p("n_s") − log p("n_t") of the target and the source runs (nats)."""
+
+    candidates: list[int]
+    n_source: np.ndarray
+    n_target: np.ndarray
+    clean: Any
+    patched: Any
+    lp_source: np.ndarray
+    dist_target: Any
+    dist_source: Any
+    dist_patched: Any
+    ld_target: np.ndarray = field(init=False)
+    ld_source: np.ndarray = field(init=False)
+
+    def __post_init__(self):
+        every = np.arange(len(self.n_source))
+        self.ld_target = self.ld(self.clean.candidate_logprobs, every)
+        self.ld_source = self.ld(self.lp_source, every)
+
+    def column(self, count: int) -> int:
+        """The candidate column of the answer ``count``."""
+        return self.candidates.index(count)
+
+    def ld(self, lp: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """log p("n_s") − log p("n_t") of each pair's row ``rows`` (P,) of the log-probabilities ``lp``."""
+        return logit_difference(lp[rows], [self.column(k) for k in self.n_source],
+                                [self.column(k) for k in self.n_target])
+
+
+def patching_scores(model, tokenizer, plan: PatchingPlan) -> PatchingScores:
+    """One capture pass over the source prompts for their boundary vectors, one for their candidates' scores,
+    the clean target pass and the patched pass (every location, batched), scored as :class:`PatchingScores`."""
+    import torch
+
+    config, locs, pairs = plan.config, plan.locations, plan.pairs
+    sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
+    candidates = patching_candidates(config)
+    template = config.prompts.template
+    with torch.inference_mode():
+        vectors = boundary_vectors(model, tokenizer, sources, locs, config.batch_size)  # (P, locs, d)
+        clean = scored_answers(model, tokenizer, targets, candidates, template, config.batch_size, config.answer_tokens)
+        edits = [(loc, "replace", vectors[i, j]) for j, loc in enumerate(locs) for i in range(len(pairs))]
+        patched = scored_answers(model, tokenizer, targets * len(locs), candidates, template, config.batch_size,
+                                 config.answer_tokens, edits)
+        lp_source = candidate_logprobs(model, tokenizer, sources, candidates, template, config.batch_size)
+    n_s = np.array([s.n for s in sources])
+    n_t = np.array([t.n for t in targets])
+    return PatchingScores(
+        candidates=candidates, n_source=n_s, n_target=n_t, clean=clean, patched=patched, lp_source=lp_source,
+        dist_target=answer_distribution(clean.candidate_logprobs, candidates, n_t),
+        dist_source=answer_distribution(lp_source, candidates, n_s),
+        dist_patched=answer_distribution(patched.candidate_logprobs, candidates, np.tile(n_t, len(locs))))
+
+
+def patching_record(s: PatchingScores, name: str, loc: int, src: Prompt, tgt: Prompt, i: int, r: int,
+                    ld_patched: float, normalised: float) -> dict[str, Any]:
+    """One record of :attr:`PatchingResult.rows`: pair ``i`` (``src``, ``tgt``) patched at location ``name``
+    (index ``loc``; row ``r`` of the patched pass), its LD ``ld_patched`` and normalised LD."""
+    clean, patched, lp_target, lp_patched = s.clean, s.patched, s.clean.candidate_logprobs, s.patched.candidate_logprobs
+    shift = answer_shift(patched.answer[r], clean.answer[i])
+    expected_shift = float(s.dist_patched.expected[r] - s.dist_target.expected[i])
+    source = s.column(src.n)
+    return {"location": name, "location_index": loc, "seed": tgt.seed, "config": tgt.config,
+            "pair": tgt.pair, "n_source": src.n, "n_target": tgt.n,
+            "clean_answer_text": clean.answer_text[i], "clean_answer": clean.answer[i],
+            "patched_answer_text": patched.answer_text[r], "patched_answer": patched.answer[r],
+            "shift": shift, "relative_shift": None if shift is None else shift / (src.n - tgt.n),
+            "logprob_change": patched.answer_logprob[r] - clean.answer_logprob[i],
+            "ld_target": float(s.ld_target[i]), "ld_source": float(s.ld_source[i]), "ld_patched": float(ld_patched),
+            "normalised_ld": float(normalised) if np.isfinite(normalised) else None,
+            "expected_target": float(s.dist_target.expected[i]),
+            "expected_source": float(s.dist_source.expected[i]),
+            "expected_patched": float(s.dist_patched.expected[r]), "expected_shift": expected_shift,
+            "expected_relative_shift": expected_shift / (src.n - tgt.n),
+            "logp_source_change": float(lp_patched[r, source] - lp_target[i, source]),
+            "rank_target": int(s.dist_target.rank[i]), "rank_patched": int(s.dist_patched.rank[r])}
+
+
+def location_record(name: str, loc: int, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One record of :attr:`PatchingResult.locations`: the means over the ``rows`` patched at location ``name``
+    (index ``loc``; :func:`patching_record`)."""
+    return {"name": name, "index": loc, "label": location_label(name),
+            "moved_to_source": float(np.mean([r["patched_answer"] == r["n_source"] for r in rows])),
+            "mean_shift": mean_or_none(r["shift"] for r in rows),
+            "mean_relative_shift": mean_or_none(r["relative_shift"] for r in rows),
+            "logprob_change": mean_or_none(r["logprob_change"] for r in rows),
+            "parsed": sum(r["patched_answer"] is not None for r in rows),
+            "normalised_ld": mean_or_none(r["normalised_ld"] for r in rows),
+            "expected_shift": mean_or_none(r["expected_shift"] for r in rows),
+            "expected_relative_shift": mean_or_none(r["expected_relative_shift"] for r in rows),
+            "logp_source_change": mean_or_none(r["logp_source_change"] for r in rows)}
+
+
 def run_patching(config: PatchingConfig, *, loaded: LoadedModel | None = None, progress: bool = False,
                  pool: ModelPool | None = None) -> PatchingResult:
     """Figure 9a. One capture pass over the source prompts gives their boundary vectors, one more their
@@ -260,79 +363,29 @@ def run_patching(config: PatchingConfig, *, loaded: LoadedModel | None = None, p
     (see :mod:`countlens.llm.patching.edits`). Bad input is refused before the weights load (:func:`plan_patching`);
     ``loaded`` reuses a model already loaded from ``config.model``; in ``pool`` (a run's
     :class:`~countlens.llm.models.ModelPool`) the model is resolved and read once."""
-    import torch
-
     plan = plan_patching(config, progress, pool)
     started = time.perf_counter()
     loaded = loaded or config.model.load(progress, tokenizer=plan.tokenizer, pool=pool)
-    model, tok = loaded.model, loaded.tokenizer
     names = location_names(plan.n_blocks)
-    locs, pairs = plan.locations, plan.pairs
-    sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
-    candidates = patching_candidates(config)
-    with torch.inference_mode():
-        vectors = boundary_vectors(model, tok, sources, locs, config.batch_size)  # (P, locs, d)
-        clean = scored_answers(model, tok, targets, candidates, config.prompts.template, config.batch_size,
-                               config.answer_tokens)
-        edits = [(loc, "replace", vectors[i, j]) for j, loc in enumerate(locs) for i in range(len(pairs))]
-        patched = scored_answers(model, tok, targets * len(locs), candidates, config.prompts.template, config.batch_size,
-                                 config.answer_tokens, edits)
-        lp_source = candidate_logprobs(model, tok, sources, candidates, config.prompts.template, config.batch_size)
-    lp_target, lp_patched = clean.candidate_logprobs, patched.candidate_logprobs
-    at = {k: i for i, k in enumerate(candidates)}
-    n_s = np.array([s.n for s in sources])
-    n_t = np.array([t.n for t in targets])
-
-    def ld(lp, rows):  # log p("n_s") − log p("n_t") of each pair's rows
-        return logit_difference(lp[rows], [at[k] for k in n_s], [at[k] for k in n_t])
-
-    every = np.arange(len(pairs))
-    ld_target, ld_source = ld(lp_target, every), ld(lp_source, every)
-    dist_target = answer_distribution(lp_target, candidates, n_t)
-    dist_source = answer_distribution(lp_source, candidates, n_s)
-    dist_patched = answer_distribution(lp_patched, candidates, np.tile(n_t, len(locs)))
-    gap_ok = np.abs(ld_source - ld_target) >= float(config.min_gap)
+    pairs, P = plan.pairs, len(plan.pairs)
+    s = patching_scores(loaded.model, loaded.tokenizer, plan)
     rows, per_location = [], []
-    for j, loc in enumerate(locs):
-        mine = []
-        here = j * len(pairs) + every
-        ld_patched = ld(lp_patched, here)
-        score = normalised_ld(ld_patched, ld_source, ld_target, float(config.min_gap))
-        for i, (src, tgt) in enumerate(pairs):
-            r = j * len(pairs) + i
-            shift = answer_shift(patched.answer[r], clean.answer[i])
-            expected_shift = float(dist_patched.expected[r] - dist_target.expected[i])
-            mine.append({"location": names[loc], "location_index": loc, "seed": tgt.seed, "config": tgt.config,
-                         "pair": tgt.pair, "n_source": src.n, "n_target": tgt.n,
-                         "clean_answer_text": clean.answer_text[i], "clean_answer": clean.answer[i],
-                         "patched_answer_text": patched.answer_text[r], "patched_answer": patched.answer[r],
-                         "shift": shift, "relative_shift": None if shift is None else shift / (src.n - tgt.n),
-                         "logprob_change": patched.answer_logprob[r] - clean.answer_logprob[i],
-                         "ld_target": float(ld_target[i]), "ld_source": float(ld_source[i]),
-                         "ld_patched": float(ld_patched[i]),
-                         "normalised_ld": float(score[i]) if np.isfinite(score[i]) else None,
-                         "expected_target": float(dist_target.expected[i]),
-                         "expected_source": float(dist_source.expected[i]),
-                         "expected_patched": float(dist_patched.expected[r]), "expected_shift": expected_shift,
-                         "expected_relative_shift": expected_shift / (src.n - tgt.n),
-                         "logp_source_change": float(lp_patched[r, at[src.n]] - lp_target[i, at[src.n]]),
-                         "rank_target": int(dist_target.rank[i]), "rank_patched": int(dist_patched.rank[r])})
+    for j, loc in enumerate(plan.locations):
+        ld_patched = s.ld(s.patched.candidate_logprobs, j * P + np.arange(P))
+        score = normalised_ld(ld_patched, s.ld_source, s.ld_target, float(config.min_gap))
+        mine = [patching_record(s, names[loc], loc, src, tgt, i, j * P + i, ld_patched[i], score[i])
+                for i, (src, tgt) in enumerate(pairs)]
         rows.extend(mine)
-        per_location.append({"name": names[loc], "index": loc, "label": location_label(names[loc]),
-                             "moved_to_source": float(np.mean([r["patched_answer"] == r["n_source"] for r in mine])),
-                             "mean_shift": mean_or_none(r["shift"] for r in mine),
-                             "mean_relative_shift": mean_or_none(r["relative_shift"] for r in mine),
-                             "logprob_change": mean_or_none(r["logprob_change"] for r in mine),
-                             "parsed": sum(r["patched_answer"] is not None for r in mine),
-                             "normalised_ld": mean_or_none(r["normalised_ld"] for r in mine),
-                             "expected_shift": mean_or_none(r["expected_shift"] for r in mine),
-                             "expected_relative_shift": mean_or_none(r["expected_relative_shift"] for r in mine),
-                             "logp_source_change": mean_or_none(r["logp_source_change"] for r in mine)})
-    unnormalised = [f"{t.seed}/{t.config}/{t.pair}/{s.n}->{t.n}" for (s, t), ok in zip(pairs, gap_ok, strict=True)
+        per_location.append(location_record(names[loc], loc, mine))
+    gap_ok = np.abs(s.ld_source - s.ld_target) >= float(config.min_gap)
+    unnormalised = [f"{t.seed}/{t.config}/{t.pair}/{src.n}->{t.n}" for (src, t), ok in zip(pairs, gap_ok, strict=True)
                     if not ok]
-    return PatchingResult(config.to_dict(), loaded.model_id, clean.accuracy([t.n for t in targets]), per_location,
-                          rows, round(time.perf_counter() - started, 3), result_provenance(config), candidates,
-                          float(np.mean(dist_target.expected)), unnormalised, len(unnormalised))
+    return PatchingResult(
+        config=config.to_dict(), model=loaded.model_id, clean_accuracy=s.clean.accuracy([t.n for _, t in pairs]),
+        locations=per_location, rows=rows, seconds=round(time.perf_counter() - started, 3),
+        provenance=result_provenance(config), candidates=s.candidates,
+        clean_expected=float(np.mean(s.dist_target.expected)), unnormalised=unnormalised,
+        n_unnormalised=len(unnormalised))
 
 
 def boundary_vectors(model, tokenizer, prompts, locations: list[int], batch_size: int = 16):
@@ -367,4 +420,5 @@ declare(Experiment(
 
 
 __all__ = ["PatchingConfig", "PatchingResult", "PatchingPlan", "plan_patching", "patching_candidates",
-           "run_patching", "boundary_vectors", "answer_shift", "mean_or_none"]
+           "run_patching", "boundary_vectors", "answer_shift", "mean_or_none", "PatchingScores", "patching_scores",
+           "patching_record", "location_record"]

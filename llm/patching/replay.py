@@ -65,7 +65,7 @@ def residual_runs(model, ids, site: str | None = None):
     other than ``resid``) a fourth item: the activations at every site of that kind, (R, n_sites, T, w)."""
     import torch
 
-    from countlens.llm.answers import _forward
+    from countlens.llm.answers import cached_forward
 
     blocks, sites = _location_sites(model)
     extra = [] if site in (None, "resid") else hook_sites(range(len(blocks)), len(blocks), site)
@@ -80,7 +80,7 @@ def residual_runs(model, ids, site: str | None = None):
     mask = torch.ones_like(ids)
     positions = torch.arange(T, device=ids.device)[None].expand(ids.shape[0], T)
     with HookSet(blocks).attach((s, keeper(i)) for i, s in enumerate([*sites, *extra])):
-        logits, cache = _forward(model, ids, mask, positions, _full_cache(), last_only=True)
+        logits, cache = cached_forward(model, ids, mask, positions, _full_cache(), last_only=True)
     if any(o is None for o in out):
         raise RuntimeError("a hook did not fire; the model's blocks were not called in order")
     device = out[0].device
@@ -257,7 +257,7 @@ class PositionPatcher:
         """Rows patched at every position from ``start`` on (``heads``: one per row, or ``None`` each)."""
         import torch
 
-        from countlens.llm.answers import _forward
+        from countlens.llm.answers import cached_forward
 
         rows = len(heads)
         ids = self.ids[1:2, start:].expand(rows, -1)  # the corrupted tokens from ``start`` on
@@ -269,14 +269,14 @@ class PositionPatcher:
         patch = Patch(self.model, [Setter(self.sites[location], value, **kw)])
         if start == 0:
             with patch:
-                logits, cache = _forward(self.model, ids, torch.ones_like(ids), pos_ids, last_only=True)
+                logits, cache = cached_forward(self.model, ids, torch.ones_like(ids), pos_ids, last_only=True)
             return self._score(logits, cache, rows)
         cache = _prefix_cache(self.cache, 1, start, rows)
         kept = self.resid[1, 1:, start:]
         keys = [layer.keys[1, :, start:] for layer in self.cache.layers]
         values = [layer.values[1, :, start:] for layer in self.cache.layers]
         with _replayed(self.blocks, replayed_blocks(self.sites[location]), cache, kept, keys, values, rows), patch:
-            logits, cache = _forward(self.model, ids, mask, pos_ids, cache, last_only=True)
+            logits, cache = cached_forward(self.model, ids, mask, pos_ids, cache, last_only=True)
         return self._score(logits, cache, rows)
 
     def _batches(self, todo: list[int]):
@@ -309,20 +309,20 @@ class PositionPatcher:
     def _naive(self, location: int, positions: list[int], head=None) -> np.ndarray:
         import torch
 
-        from countlens.llm.answers import _forward
+        from countlens.llm.answers import cached_forward
 
         rows = len(positions)
         ids = self.ids[1:2].expand(rows, -1)
         mask = torch.ones_like(ids)
         pos_ids = torch.arange(self.T, device=ids.device)[None].expand(rows, -1)
         with Patch(self.model, [self._setter(location, positions, head)]):
-            logits, cache = _forward(self.model, ids, mask, pos_ids, last_only=True)
+            logits, cache = cached_forward(self.model, ids, mask, pos_ids, last_only=True)
         return self._score(logits, cache, rows)
 
     def _cached(self, location: int, positions: list[int], head=None) -> np.ndarray:
         import torch
 
-        from countlens.llm.answers import _forward
+        from countlens.llm.answers import cached_forward
 
         rows, start = len(positions), min(positions)
         ids = self.ids[1:2, start:].expand(rows, -1)  # the corrupted tokens from the first patched position on
@@ -334,5 +334,5 @@ class PositionPatcher:
         values = [layer.values[1, :, start:] for layer in self.cache.layers]
         patch = Patch(self.model, [self._setter(location, positions, head, shift=start)])
         with _replayed(self.blocks, replayed_blocks(self.sites[location]), cache, kept, keys, values, rows), patch:
-            logits, cache = _forward(self.model, ids, mask, pos_ids, cache, last_only=True)
+            logits, cache = cached_forward(self.model, ids, mask, pos_ids, cache, last_only=True)
         return self._score(logits, cache, rows)

@@ -94,12 +94,18 @@ class PositionPatchingConfig(ExperimentConfig):
     model: ModelSpec = field(default_factory=ModelSpec)
     prompts: PromptSettings = field(default_factory=_quick_prompts)
     flip: str = "last"
+    """which target the corrupted twin turns into the distractor"""
     positions: str = "all"
     locations: str | None = None
     location_step: int = 1
+    """patch every k-th of {locations}, the last always"""
     batch_size: int = field(default=16, metadata={"identity": False})
     method: str = field(default="cached", metadata={"identity": False})
+    """cached: reuse the corrupted run's key/value cache and residuals (fast); naive: one whole forward per
+    position and location (the reference; same scores)"""
     min_gap: float = MIN_LD_GAP
+    """pairs whose two unpatched logit differences differ by less than this many nats are listed, not
+    normalised"""
 
     FIELDS: ClassVar[dict] = {"model": Nested(ModelSpec, "model"), "prompts": Nested(PromptSettings),
                               "flip": OneOf(FLIPS), "positions": OneOf(POSITION_SETS), "location_step": AtLeast(1),

@@ -1,7 +1,7 @@
 """Figure 9b, steering at the boundary: a :class:`SteeringConfig` in (a capture folder, and the probes fitted
 on it), a :class:`SteeringResult` out (``steering.json`` and ``steering.csv``).
 
-A step is added to the boundary vector at one location (:class:`countlens.llm.patching.edits.BoundaryEdit`) and
+A step is added to the boundary vector at one location (:func:`countlens.llm.patching.edits.boundary_edits`) and
 the forward continues; per step the model's greedy answer and its answer distribution over the capture's
 count range, both from the same prompt pass (:func:`countlens.llm.patching.edits.scored_answers` /
 :func:`~countlens.llm.answers.answer_distribution`), are compared with the clean run's. Directions: the
@@ -40,7 +40,7 @@ from countlens.llm.lens.readout import count_slope
 from countlens.llm.models import LoadedModel, ModelPool, check_device
 from countlens.llm.patching.edits import count_step, random_direction, scored_answers, steering_vector
 from countlens.llm.patching.experiment import answer_shift, boundary_vectors, mean_or_none
-from countlens.llm.prompts import build_prompts
+from countlens.llm.prompts import PromptSettings, build_prompts
 
 if TYPE_CHECKING:  # imported where used: it brings scikit-learn, which a capture never needs
     from countlens.probes import ProbeResult
@@ -63,17 +63,29 @@ class SteeringConfig(ExperimentConfig):
     greedy tokens."""
 
     acts: str = ""
+    """the capture to steer: its model and prompts, the capture the probes were fitted on and, in count units,
+    the one v is fitted on"""
     probes: str = ""
+    """probes.json written by `countlens probe --acts` on that capture (needed by {directions} probe)
+    (default: none)"""
     location: str | None = None
+    """the location to steer at: a name or index of the capture's locations (default: the probes' best)"""
     deltas: list[float] = field(default_factory=lambda: [-8.0, -4.0, 0.0, 4.0, 8.0])
+    """steps delta, finite numbers, in {units}"""
     counts: list[int] = field(default_factory=lambda: [4, 8, 12, 16])
     max_prompts: int = 6
+    """most prompts steered (spread over {counts})"""
     seed: int = 0
+    """seed of the random control direction"""
     batch_size: int = 16
     answer_tokens: int = ANSWER_TOKENS
     device: str = "cpu"
     directions: list[str] = field(default_factory=lambda: ["probe"])
+    """directions to steer along, comma-separated: probe (the ridge probe), mean-diff (the slope of the count
+    centroids on n; needs {units} count); a random control is always added"""
     units: str = "readout"
+    """readout: delta * w / |w|^2 (the probe reads delta more); count: delta * |v| along each direction (as
+    far as delta more items)"""
 
     FIELDS: ClassVar[dict] = {"deltas": Numbers(), "counts": Ints(minimum=0), "max_prompts": AtLeast(1),
                               "batch_size": AtLeast(1), "answer_tokens": AtLeast(1), "device": Checked(check_device),
@@ -238,15 +250,28 @@ def step_rules(config: SteeringConfig, w: np.ndarray | None, v: np.ndarray | Non
 
 # ----------------------------------------------------------------------------------- the run
 
-def run_steering(config: SteeringConfig, *, loaded: LoadedModel | None = None,
-                 progress: bool = False, pool: ModelPool | None = None) -> SteeringResult:
-    """Figure 9b on the capture's own prompts (rebuilt from its recorded settings) with the capture's model
-    (``loaded`` reuses it, already loaded). Bad input is refused before the model loads."""
-    import torch
+@dataclass
+class SteeringPlan:
+    """A checked Figure 9b run before any weights are read: the capture's ``meta``; the steered ``location``
+    and its index ``loc`` among the residual locations; the probe's ``w`` (d,) and the mean-difference ``v``
+    (d,) (``None`` where not used); the capture's prompt settings with the steered counts; per direction the
+    step ``rules`` and ``per_unit`` (:func:`step_rules`)."""
 
+    meta: CaptureMeta
+    location: str
+    loc: int
+    w: np.ndarray | None
+    v: np.ndarray | None
+    prompt_settings: PromptSettings
+    rules: dict[str, Any]
+    per_unit: float
+
+
+def plan_steering(config: SteeringConfig) -> SteeringPlan:
+    """Check ``config`` against the capture and the probes (no weights are read): the location, the counts,
+    the directions."""
     from countlens.probes import ProbeResult
 
-    started = time.perf_counter()
     with about("acts"):
         capture = open_capture(config.acts, rows=False)
     meta = capture.meta
@@ -261,23 +286,74 @@ def run_steering(config: SteeringConfig, *, loaded: LoadedModel | None = None,
     if location not in location_names(n_blocks):
         raise ConfigError("location", f"{{location}}: {literal(location)} is no residual location of the model "
                                       "(embed or blocks.N.hook_resid_post); choose one")
-    loc = location_names(n_blocks).index(location)
     counts = [int(c) for c in config.counts if int(c) in meta.counts]
     if not counts:
         raise ConfigError("counts", f"none of {{counts}} {list(config.counts)} is in the capture (its counts: "
                                     f"{meta.counts[0]}..{meta.counts[-1]})")
-    prompt_settings = dataclasses.replace(capture_prompts(meta), counts=counts)  # before the weights load
+    prompt_settings = dataclasses.replace(capture_prompts(meta), counts=counts)
     v = mean_difference(capture, location) if config.units == "count" else None
     rules, per_unit = step_rules(config, w, v)
+    return SteeringPlan(meta=meta, location=location, loc=location_names(n_blocks).index(location), w=w, v=v,
+                        prompt_settings=prompt_settings, rules=rules, per_unit=per_unit)
+
+
+@dataclass
+class ScoredPass:
+    """One prompt pass: its greedy ``answers`` (:func:`~countlens.llm.patching.edits.scored_answers`) and their
+    ``distribution`` over the candidates (:func:`~countlens.llm.answers.answer_distribution`)."""
+
+    answers: Any
+    distribution: Any
+
+
+def steering_record(direction: str, delta: float, p, step_norm: float, boundary_norm: float, clean: ScoredPass,
+                    i: int, steered: ScoredPass, r: int, candidates: list[int]) -> dict[str, Any]:
+    """One record of :attr:`SteeringResult.rows`: prompt ``p`` (row ``i`` of the ``clean`` pass) steered along
+    ``direction`` by ``delta`` (row ``r`` of the ``steered`` pass) with a step of norm ``step_norm`` on a
+    boundary vector of norm ``boundary_norm``."""
+    target = _target(p.n, delta, candidates)
+    lp_clean = None if target is None else float(clean.answers.candidate_logprobs[i, target])
+    lp_steered = None if target is None else float(steered.answers.candidate_logprobs[r, target])
+    answer, clean_answer = steered.answers.answer[r], clean.answers.answer[i]
+    expected, clean_expected = steered.distribution.expected[r], clean.distribution.expected[i]
+    return {"direction": direction, "delta": delta, "seed": p.seed, "config": p.config, "pair": p.pair, "n": p.n,
+            "clean_answer": clean_answer, "steered_answer_text": steered.answers.answer_text[r],
+            "steered_answer": answer, "shift": answer_shift(answer, clean_answer), "step_norm": step_norm,
+            "relative_norm": step_norm / float(boundary_norm), "clean_expected": float(clean_expected),
+            "steered_expected": float(expected), "expected_shift": float(expected - clean_expected),
+            "target": None if target is None else candidates[target], "clean_logp_target": lp_clean,
+            "steered_logp_target": lp_steered, "logp_target_shift": None if target is None else lp_steered - lp_clean}
+
+
+def curve_point(delta: float, step: np.ndarray, w: np.ndarray | None, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One point of a :attr:`SteeringResult.curves` curve: the means over the ``rows`` of one (direction, Δ)
+    (:func:`steering_record`) stepped by ``step`` (d,); ``w``: the probe (``None`` without one)."""
+    return {"delta": delta, "mean_shift": mean_or_none(r["shift"] for r in rows),
+            "mean_answer": mean_or_none(r["steered_answer"] for r in rows),
+            "parsed": sum(r["steered_answer"] is not None for r in rows),
+            "readout_shift": None if w is None else float(w @ step), "step_norm": float(np.linalg.norm(step)),
+            "mean_relative_norm": mean_or_none(r["relative_norm"] for r in rows),
+            "mean_expected_shift": mean_or_none(r["expected_shift"] for r in rows),
+            "mean_logp_target_shift": mean_or_none(r["logp_target_shift"] for r in rows)}
+
+
+def run_steering(config: SteeringConfig, *, loaded: LoadedModel | None = None,
+                 progress: bool = False, pool: ModelPool | None = None) -> SteeringResult:
+    """Figure 9b on the capture's own prompts (rebuilt from its recorded settings) with the capture's model
+    (``loaded`` reuses it, already loaded). Bad input is refused before the model loads (:func:`plan_steering`)."""
+    import torch
+
+    started = time.perf_counter()
+    plan = plan_steering(config)
     if loaded is None:
-        loaded = capture_model(meta, config.device, progress, pool)
+        loaded = capture_model(plan.meta, config.device, progress, pool)
     model, tok = loaded.model, loaded.tokenizer
-    template = meta.template
-    prompts = build_prompts(tok, prompt_settings)
+    template, loc = plan.meta.template, plan.loc
+    prompts = build_prompts(tok, plan.prompt_settings)
     prompts = [prompts[i] for i in np.linspace(0, len(prompts) - 1, min(config.max_prompts, len(prompts))).astype(int)]
-    groups = [(d, float(delta)) for d in rules for delta in config.deltas]
-    steps = {(d, delta): rules[d](delta) for d, delta in groups}
-    candidates = answer_candidates(list(meta.counts))
+    groups = [(d, float(delta)) for d in plan.rules for delta in config.deltas]
+    steps = {(d, delta): plan.rules[d](delta) for d, delta in groups}
+    candidates = answer_candidates(list(plan.meta.counts))
     truth = [p.n for p in prompts]
     with torch.inference_mode():  # answers and every candidate's log-probability from one prompt pass
         clean = scored_answers(model, tok, prompts, candidates, template, config.batch_size, config.answer_tokens)
@@ -285,43 +361,23 @@ def run_steering(config: SteeringConfig, *, loaded: LoadedModel | None = None,
         steered = scored_answers(model, tok, prompts * len(groups), candidates, template, config.batch_size,
                                  config.answer_tokens, edits=edits)
         norms = np.linalg.norm(boundary_vectors(model, tok, prompts, [loc], config.batch_size)[:, 0].numpy(), axis=1)
-    clean_lp, steered_lp = clean.candidate_logprobs, steered.candidate_logprobs
-    clean_dist = answer_distribution(clean_lp, candidates, truth)
-    steered_dist = answer_distribution(steered_lp, candidates, truth * len(groups))
+    clean = ScoredPass(clean, answer_distribution(clean.candidate_logprobs, candidates, truth))
+    steered = ScoredPass(steered, answer_distribution(steered.candidate_logprobs, candidates, truth * len(groups)))
     rows: list[dict[str, Any]] = []
-    curves: dict[str, list[dict[str, Any]]] = {d: [] for d in rules}
+    curves: dict[str, list[dict[str, Any]]] = {d: [] for d in plan.rules}
     for g, (d, delta) in enumerate(groups):
-        step = steps[(d, delta)]
-        step_norm = float(np.linalg.norm(step))
-        mine = []
-        for i, p in enumerate(prompts):
-            r = g * len(prompts) + i
-            target = _target(p.n, delta, candidates)
-            lp_clean = None if target is None else float(clean_lp[i, target])
-            lp_steered = None if target is None else float(steered_lp[r, target])
-            mine.append({"direction": d, "delta": delta, "seed": p.seed, "config": p.config, "pair": p.pair,
-                         "n": p.n, "clean_answer": clean.answer[i], "steered_answer_text": steered.answer_text[r],
-                         "steered_answer": steered.answer[r], "shift": answer_shift(steered.answer[r], clean.answer[i]),
-                         "step_norm": step_norm, "relative_norm": step_norm / float(norms[i]),
-                         "clean_expected": float(clean_dist.expected[i]),
-                         "steered_expected": float(steered_dist.expected[r]),
-                         "expected_shift": float(steered_dist.expected[r] - clean_dist.expected[i]),
-                         "target": None if target is None else candidates[target], "clean_logp_target": lp_clean,
-                         "steered_logp_target": lp_steered,
-                         "logp_target_shift": None if target is None else lp_steered - lp_clean})
+        step_norm = float(np.linalg.norm(steps[(d, delta)]))
+        mine = [steering_record(d, delta, p, step_norm, norms[i], clean, i, steered, g * len(prompts) + i, candidates)
+                for i, p in enumerate(prompts)]
         rows.extend(mine)
-        curves[d].append({"delta": delta, "mean_shift": mean_or_none(r["shift"] for r in mine),
-                          "mean_answer": mean_or_none(r["steered_answer"] for r in mine),
-                          "parsed": sum(r["steered_answer"] is not None for r in mine),
-                          "readout_shift": None if w is None else float(w @ step),
-                          "step_norm": step_norm, "mean_relative_norm": mean_or_none(r["relative_norm"] for r in mine),
-                          "mean_expected_shift": mean_or_none(r["expected_shift"] for r in mine),
-                          "mean_logp_target_shift": mean_or_none(r["logp_target_shift"] for r in mine)})
-    return SteeringResult(config.to_dict(), loaded.model_id, location,
-                          None if w is None else float(np.linalg.norm(w)), clean.accuracy(truth), curves, rows,
-                          round(time.perf_counter() - started, 3), result_provenance(config), config.units, per_unit,
-                          None if v is None else float(np.linalg.norm(v)), candidates,
-                          float(np.mean(clean_dist.expected)))
+        curves[d].append(curve_point(delta, steps[(d, delta)], plan.w, mine))
+    return SteeringResult(
+        config=config.to_dict(), model=loaded.model_id, location=plan.location,
+        probe_norm=None if plan.w is None else float(np.linalg.norm(plan.w)),
+        clean_accuracy=clean.answers.accuracy(truth), curves=curves, rows=rows,
+        seconds=round(time.perf_counter() - started, 3), provenance=result_provenance(config), units=config.units,
+        step_per_unit=plan.per_unit, mean_diff_norm=None if plan.v is None else float(np.linalg.norm(plan.v)),
+        candidates=candidates, clean_expected=float(np.mean(clean.distribution.expected)))
 
 
 def _target(n: int, delta: float, candidates: list[int]) -> int | None:
@@ -351,4 +407,4 @@ declare(Experiment(
 __all__ = ["DIRECTIONS", "UNITS", "CONTROL", "SteeringConfig", "SteeringResult", "probe_mismatch", "check_probes",
            "chosen_probe", "probe_direction",
            "capture_spec", "capture_model", "steered_location", "mean_difference", "step_rules",
-           "run_steering"]
+           "SteeringPlan", "plan_steering", "ScoredPass", "steering_record", "curve_point", "run_steering"]

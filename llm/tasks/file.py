@@ -77,6 +77,25 @@ def _cell(value):
     return value
 
 
+def _check_messages(messages) -> tuple[str, tuple]:
+    """A record's ``messages`` (a list, or its JSON in a CSV cell): the last (the user's) message's text and the
+    messages before it (the context); ``ValueError`` saying what is wrong."""
+    try:
+        messages = _cell(messages)
+    except ValueError as exc:
+        raise ValueError(f"messages {exc}") from None
+    if (not isinstance(messages, list) or not messages
+            or not all(isinstance(m, dict) and set(m) >= {"role", "content"} for m in messages)):
+        raise ValueError("messages must be a non-empty list of {role, content} objects")
+    bad = [m["role"] for m in messages if m["role"] not in ROLES or not isinstance(m["content"], str)]
+    if bad:
+        raise ValueError(f"a message's role must be one of {', '.join(ROLES)} and its content a string, got "
+                         f"role {bad[0]!r}")
+    if messages[-1]["role"] != "user":
+        raise ValueError("the last message must be the user's (the count is about it and the model answers it)")
+    return messages[-1]["content"], tuple({"role": m["role"], "content": m["content"]} for m in messages[:-1])
+
+
 def check_record(raw: dict) -> tuple[int, Instruction, bool]:
     """One record's count, its :class:`~countlens.llm.tasks.Instruction` and whether it has spans;
     ``ValueError`` saying what is wrong."""
@@ -88,21 +107,7 @@ def check_record(raw: dict) -> tuple[int, Instruction, bool]:
                          "a record holds text or messages, not both")
     context: tuple = ()
     if messages is not None:
-        try:
-            messages = _cell(messages)
-        except ValueError as exc:
-            raise ValueError(f"messages {exc}") from None
-        if (not isinstance(messages, list) or not messages
-                or not all(isinstance(m, dict) and set(m) >= {"role", "content"} for m in messages)):
-            raise ValueError("messages must be a non-empty list of {role, content} objects")
-        bad = [m["role"] for m in messages if m["role"] not in ROLES or not isinstance(m["content"], str)]
-        if bad:
-            raise ValueError(f"a message's role must be one of {', '.join(ROLES)} and its content a string, got "
-                             f"role {bad[0]!r}")
-        if messages[-1]["role"] != "user":
-            raise ValueError("the last message must be the user's (the count is about it and the model answers it)")
-        text = messages[-1]["content"]
-        context = tuple({"role": m["role"], "content": m["content"]} for m in messages[:-1])
+        text, context = _check_messages(messages)
     if not isinstance(text, str) or not text:
         raise ValueError("text must be a non-empty string")
     if raw.get("count") is None or raw.get("count") == "":

@@ -1,12 +1,15 @@
 """Every command and every option that takes a value: a bad value is one line on stderr, exit status 2, that
 names the option — a flag of *that* command, worded by the dispatcher from the config field the error is
-about — before any slow work and with nothing written; or the option is listed below as free (every value is
-valid: a path to write, a seed, a name).
+about — before any slow work and with nothing written; or the option is free (every value is valid: a path to
+write, a seed).
 
-The completeness test walks the whole ``countlens`` parser, so an option added without a case here fails.
-The rooms' own tests check the wording of each message; this one checks that none names a flag the command
-lacks (``toy table3 --attained-working-set -1`` once said ``--working-set``, ``llm patch --sources 200`` said
-``--counts``, ``reproduce --dtype float8`` said ``dtype``).
+The cases are derived: each option made from a config field (``countlens.core.args.add_config_options``) or
+shared (``--threads``) carries its field's rule, and :func:`bad_value` writes a value the rule refuses; only an
+option checked by a room's own code (a file to read, a variant's dimension) has a value written in ``BAD``. The
+completeness test walks the whole ``countlens`` parser, so an option with neither fails. The rooms' own tests
+check the wording of each message; this one checks that none names a flag the command lacks (``toy table3
+--attained-working-set -1`` once said ``--working-set``, ``llm patch --sources 200`` said ``--counts``,
+``reproduce --dtype float8`` said ``dtype``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import re
 
 import pytest
 
+from countlens.core import fields
 from countlens.pipeline.cli import build_parser, main
 
 # The arguments each command needs besides the option under test: {TINY} a tiny chat model, {ACTS} a capture
@@ -48,6 +52,8 @@ BASE = {
     "llm attribution": "--model {TINY} --pairs a/b --configs count --seeds 0 --L 8 --counts 3 --positions items "
                        "--locations 0:1 --layers 0 --out {OUT}",
     "llm prompts": "--model {TINY} --pairs a/b --configs count --seeds 0 --counts 0:2 --L 8",
+    "llm das": "--model {TINY} --pairs a/b --configs count --seeds 0:3 --L 6 --counts 1:4 --steps 1 --ranks 1 "
+               "--no-random-model --quiet --out {OUT}",
     "llm pairs": "--model {TINY} --candidates a/b",
     "probe": "--acts {ACTS} --out {OUT}",
     "probe sweep": "--acts {ACTS} --out {OUT}",
@@ -61,7 +67,7 @@ BASE = {
     "organism scaling": "--out {OUT} --preset test --quiet",
 }
 
-# A bad value of each validated option, per command.
+# A bad value of each validated option that no rule gives one for (a room's own check, a file to read), per command.
 BAD = {
     "reproduce": {"--task": "nope", "--tasks": "lists,lists", "--preset": "huge", "--model": "{MISSING}", "--gguf-file": "{MISSING}.gguf", "--revision": "v1",
                   "--device": "gpu",
@@ -72,24 +78,16 @@ BAD = {
     "toy check": {"--params": "{MISSING}", "--L": "0"},
     "toy rates": {"--d": "2", "--L": "0", "--variants": "nope", "--tau": "0"},
     "toy lcap": {"--d": "2", "--tau": "-1"},
-    "toy table3": {"--d": "2", "--B": "0", "--tau": "0", "--attained-grid": "0", "--attained-seeds": "-1",
-                   "--attained-steps": "0", "--attained-loss": "l1", "--attained-parametrization": "spherical",
+    "toy table3": {"--d": "2", "--tau": "0", "--attained-loss": "l1", "--attained-parametrization": "spherical",
                    "--attained-working-set": "-1", "--attained-check-every": "0", "--attained-patience": "-1",
-                   "--workers": "0", "--threads": "0"},
+                   "--workers": "0"},
     "toy figure1": {"--d": "2", "--L": "1"},
-    "toy train": {"--variant": "nope", "--readout": "nope", "--d": "0", "--L": "0", "--tau": "-1", "--optimizer": "sgd",
-                  "--steps": "0", "--cap": "0", "--lr": "-1", "--batch-size": "0", "--test-fraction": "1",
-                  "--log-every": "0", "--init-scale": "0", "--ce-scale": "0", "--loss": "l1", "--beta": "0",
-                  "--working-set": "-1", "--parametrization": "spherical", "--patience": "-1", "--grow": "0",
-                  "--threads": "0"},
-    "toy table2": {"--d": "0", "--L": "0", "--seeds": "-1", "--steps": "0", "--optimizer": "sgd", "--lr": "-1",
-                   "--workers": "0", "--threads": "0"},
-    "toy figure2": {"--variant": "nope", "--d": "2", "--threads": "0", "--L": "0", "--seeds": "-1", "--steps": "0",
-                    "--lr": "-1", "--B": "0", "--table3": "{MISSING}", "--ce-scale": "0"},
-    "toy figure3": {"--variant": "nope", "--d": "0", "--threads": "0", "--L": "0", "--seeds": "-1", "--steps": "0",
-                    "--lr": "-1"},
-    "toy figure4": {"--variant": "nope", "--d": "0", "--threads": "0", "--L": "0", "--steps": "0",
-                    "--minibatch-steps": "0", "--batch-size": "0", "--lr": "0"},
+    "toy train": {"--variant": "nope", "--readout": "nope", "--d": "0", "--L": "0", "--tau": "-1", "--cap": "0", "--lr": "-1", "--test-fraction": "1"},
+    "toy table2": {"--optimizer": "sgd", "--lr": "-1",
+                   "--workers": "0"},
+    "toy figure2": {"--variant": "nope", "--d": "2", "--lr": "-1", "--B": "0", "--table3": "{MISSING}", "--ce-scale": "0"},
+    "toy figure3": {"--variant": "nope", "--d": "0", "--lr": "-1"},
+    "toy figure4": {"--variant": "nope", "--d": "0"},
     "llm capture": {"--task": "nope", "--model": "{MISSING}", "--gguf-file": "{MISSING}.gguf", "--revision": "v1", "--L": "0",
                     "--counts": "5:2", "--per-count": "0", "--pairs": "1/1", "--configs": "poem", "--seeds": "x",
                     "--template": "fancy", "--locations": "0:99", "--batch-size": "0", "--backend": "jax",
@@ -121,12 +119,15 @@ BAD = {
                   "--counts": "90", "--max-prompts": "0", "--batch-size": "0", "--answer-tokens": "0",
                   "--device": "gpu", "--direction": "up", "--units": "metres"},
     "llm lens": {"--acts": "{MISSING}", "--probes": "{MISSING}", "--locations": "99", "--counts": "5:2",
-                 "--alphas": "-1", "--split": "0.5,0.5", "--baseline-directions": "0", "--threads": "0",
-                 "--device": "gpu"},
+                 "--alphas": "-1", "--split": "0.5,0.5", "--baseline-directions": "0", "--device": "gpu"},
     "llm diagnose": {"--lens": "{MISSING}", "--components": "{PROBES}", "--top": "0"},
     "llm prompts": {"--task": "nope", "--model": "{MISSING}", "--gguf-file": "{MISSING}.gguf", "--revision": "v1", "--L": "0",
                     "--counts": "5:2", "--per-count": "0", "--pairs": "1/1", "--configs": "poem", "--seeds": "x",
                     "--template": "fancy", "--show": "0"},
+    "llm das": {"--task": "nope", "--model": "{MISSING}", "--gguf-file": "{MISSING}.gguf", "--revision": "v1", "--L": "0",
+                "--counts": "5:2", "--per-count": "0", "--pairs": "1/1", "--configs": "poem", "--seeds": "x",
+                "--template": "fancy", "--locations": "0:99", "--batch-size": "0", "--device": "gpu", "--dtype": "float8",
+                "--ranks": "0", "--held-out": "1.5", "--sources": "0", "--steps": "0", "--lr": "-1"},
     "llm pairs": {"--model": "{MISSING}", "--gguf-file": "{MISSING}.gguf", "--revision": "v1", "--configs": "poem",
                   "--template": "fancy", "--candidates": "a"},
     "probe": {"--acts": "{MISSING}", "--locations": "99", "--alphas": "-1", "--seeds": "x", "--split": "0.5,0.5",
@@ -141,27 +142,34 @@ BAD = {
                 "--arc-counts": "2:1", "--low": "2:1", "--high": "x", "--pca-counts": "3"},
     "organism train": {"--L": "0", "--layers": "0", "--heads": "0", "--width": "15", "--live-heads": "1.0",
                        "--seed": "-1", "--tokenizer": "{MISSING}", "--pairs": "1/1", "--lr": "-1", "--warmup": "0", "--decay": "0", "--batch-size": "0",
-                       "--max-steps": "0", "--eval-every": "0", "--target-accuracy": "2", "--threads": "0",
-                       "--softmax": "none"},
-    "organism check": {"--model": "{MISSING}", "--threads": "0"},
-    "organism scaling": {"--preset": "huge", "--Ls": "10", "--seeds": "-1", "--width": "15", "--max-steps": "0",
-                         "--llm-acts": "{MISSING}", "--llm-location": "99", "--threads": "0",
-                         "--workers": "0"},
+                       "--max-steps": "0", "--eval-every": "0", "--target-accuracy": "2", "--softmax": "none"},
+    "organism check": {"--model": "{MISSING}"},
+    "organism scaling": {"--preset": "huge", "--Ls": "10", "--width": "15", "--llm-acts": "{MISSING}",
+                         "--llm-location": "99", "--workers": "0"},
 }
 
-# Options where every value is valid (they name what to write, or any seed or count of output lines works).
-FREE = {
-    "reproduce": {"--out"}, "study": {"--out"},
-    "toy construct": {"--json"}, "toy check": {"--json"}, "toy rates": {"--json"}, "toy lcap": {"--json"},
-    "toy table3": {"--json"}, "toy figure1": {"--out"}, "toy train": {"--seed", "--json", "--checkpoint",
-                                                                      "--checkpoint-every"},
-    "toy table2": {"--json"}, "toy figure2": {"--out"}, "toy figure3": {"--out"}, "toy figure4": {"--out", "--seed"},
-    "llm capture": {"--init-seed", "--out"}, "llm patch": {"--out"}, "llm steer": {"--out", "--seed"},
-    "llm heads": {"--out"}, "llm components": {"--out"}, "llm attribution": {"--out"}, "llm lens": {"--out", "--seed"}, "llm diagnose": {"--out"},
-    "probe": {"--out"}, "probe sweep": {"--out"}, "probe toy-acts": {"--out", "--seed"}, "probe redraw": {"--out"},
-    "geometry": {"--out"}, "compare": {"--out"}, "organism train": {"--out"}, "organism check": {"--out"},
-    "organism scaling": {"--out"},
+# Options where every value is valid, on any command (they name what to write, or any seed or count works).
+FREE = {"--out", "--json", "--checkpoint", "--checkpoint-every", "--seed", "--init-seed"}
+
+# A value each option's config rule refuses (countlens.core.fields), so an option derived from a config field
+# (countlens.core.args.add_config_options) or a shared option needs no case above.
+_BAD_FOR_RULE = {
+    fields.AtLeast: lambda r: str(r.minimum - 1),
+    fields.Positive: lambda r: "-1" if r.zero else "0",
+    fields.OneOf: lambda r: "nope",
+    fields.Ints: lambda r: "x" if r.minimum is None else str(r.minimum - 1),
+    fields.Numbers: lambda r: "0" if r.positive else "-1" if r.nonnegative else "nan",
+    fields.Window: lambda r: "2:1",
+    fields.Fractions: lambda r: "0.5,0.5",
+    fields.Text: lambda r: " ",
+    fields.Optional: lambda r: bad_value(r.rule),
 }
+
+
+def bad_value(rule) -> str | None:
+    """A value ``rule`` refuses, as command-line text (``None``: the rule names none, e.g. a room's own check)."""
+    make = _BAD_FOR_RULE.get(type(rule))
+    return None if make is None else make(rule)
 
 
 def _commands() -> dict[str, argparse.ArgumentParser]:
@@ -180,22 +188,51 @@ def _commands() -> dict[str, argparse.ArgumentParser]:
     return found
 
 
-def _options(parser: argparse.ArgumentParser) -> set[str]:
-    """The long options of ``parser`` that take a value."""
-    return {max(a.option_strings, key=len) for a in parser._actions
+def _actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """The options of ``parser`` that take a value, by their long flag."""
+    return {max(a.option_strings, key=len): a for a in parser._actions
             if a.option_strings and a.nargs != 0 and not isinstance(a, (argparse._HelpAction, argparse._VersionAction))}
 
 
+def _options(parser: argparse.ArgumentParser) -> set[str]:
+    """The long options of ``parser`` that take a value."""
+    return set(_actions(parser))
+
+
+def _bad_values(command: str, parser: argparse.ArgumentParser) -> dict[str, str]:
+    """A bad value of each validated option of ``command``: from its rule, or written in :data:`BAD`."""
+    derived = {flag: bad_value(getattr(action, "rule", None)) for flag, action in _actions(parser).items()}
+    return {**{f: v for f, v in derived.items() if v is not None}, **BAD.get(command, {})}
+
+
+# What a required option of a command without a BASE entry is given, by the setting it sets.
+SAMPLES = {"out": "{OUT}", "json": "{JSON}", "acts": "{ACTS}", "probes": "{PROBES}", "params": "{PARAMS}",
+           "lens": "{LENS}", "components": "{COMPONENTS}", "model": "{TINY}"}
+
+
+def _base(command: str) -> str:
+    """The arguments ``command`` needs besides the option under test: :data:`BASE`'s, or its required options
+    given :data:`SAMPLES`' values (and ``--model {TINY}`` where the command reads a model)."""
+    if command in BASE:
+        return BASE[command]
+    given = [a for a in COMMANDS[command]._actions if a.option_strings and (a.required or a.dest == "model")]
+    return " ".join(f"{max(a.option_strings, key=len)} {SAMPLES[a.dest]}" for a in given)
+
+
 COMMANDS = _commands()
-CASES = [(command, option, value) for command, options in BAD.items() for option, value in options.items()]
+CASES = [(command, option, value) for command, parser in COMMANDS.items()
+         for option, value in _bad_values(command, parser).items()]
 
 
 def test_every_option_of_every_command_has_a_case():
-    assert set(COMMANDS) == set(BASE) == set(BAD)
-    missing = {c: sorted(_options(p) - set(BAD[c]) - FREE.get(c, set())) for c, p in COMMANDS.items()}
+    assert set(BASE) <= set(COMMANDS) and set(BAD) <= set(COMMANDS), (set(BASE) | set(BAD)) - set(COMMANDS)
+    missing = {c: sorted(_options(p) - set(_bad_values(c, p)) - FREE) for c, p in COMMANDS.items()}
     assert {c: m for c, m in missing.items() if m} == {}
-    stale = {c: sorted((set(BAD[c]) | FREE.get(c, set())) - _options(p)) for c, p in COMMANDS.items()}
+    stale = {c: sorted(set(BAD.get(c, {})) - _options(p)) for c, p in COMMANDS.items()}
     assert {c: s for c, s in stale.items() if s} == {}
+    needs = {c: sorted(a.dest for a in p._actions if a.option_strings and a.required and a.dest not in SAMPLES)
+             for c, p in COMMANDS.items() if c not in BASE}
+    assert {c: n for c, n in needs.items() if n} == {}
 
 
 @pytest.fixture(scope="module")
@@ -220,7 +257,7 @@ def inputs(tmp_path_factory, tiny_chat_model):
 @pytest.mark.parametrize("command, option, value", CASES, ids=[f"{c} {o}" for c, o, _ in CASES])
 def test_a_bad_value_is_one_line_naming_this_commands_flag(command, option, value, inputs, tmp_path, capsys):
     names = {**inputs, "OUT": str(tmp_path / "out"), "JSON": str(tmp_path / "result.json")}
-    argv = [*command.split(), *BASE[command].format(**names).split(), option, value.format(**names)]
+    argv = [*command.split(), *_base(command).format(**names).split(), option, value.format(**names)]
     try:
         code = main(argv)
     except SystemExit as exc:  # argparse's own check (a type or a choice), also one line naming the option
@@ -261,12 +298,27 @@ def test_shared_options_are_declared_once_the_same_on_every_command():
     progress = {"llm capture", "llm patch", "llm steer", "llm heads", "llm lens", "probe", "probe toy-acts",
                 "toy rates", "toy lcap", "toy table3", "toy train", "toy table2", "toy figure2", "toy figure3",
                 "toy figure4"}
+    progress |= {"reproduce", "study"}  # `reproduce --quiet` was refused
     assert progress <= set(seen["quiet"]), progress - set(seen["quiet"])
-    assert {"llm lens", "toy train", "toy table2", "toy table3", "toy figure2"} <= set(seen["threads"])
+    assert {"llm lens", "toy train", "toy table2", "toy table3", "toy figure2", "llm capture", "llm components",
+            "llm patch", "llm heads"} <= set(seen["threads"])  # `llm capture --threads 1` was refused
     args = build_parser(["probe"]).parse_args(["probe", "--acts", "a", "--out", "o", "--quiet"])
     assert args.quiet is True
     args = build_parser(["probe"]).parse_args(["probe", "--quiet", "toy-acts", "--params", "p", "--out", "o"])
     assert args.quiet is True  # given before the subcommand, kept
+
+
+def test_reproduce_quiet_turns_off_every_stages_progress_and_nothing_else():
+    from countlens.pipeline.reproduce import build_stages
+
+    loud, quiet = build_stages("test"), build_stages("test", progress=False)
+    assert sum(bool(s.options.get("progress")) for s in loud) >= 10
+    assert [s.name for s in quiet] == [s.name for s in loud]
+    for a, b in zip(loud, quiet, strict=True):
+        assert b.options == ({**a.options, "progress": False} if "progress" in a.options else a.options)
+        assert b.identity() == a.identity()  # how a stage runs, never what it computes (resumes reuse it)
+    args = build_parser(["reproduce"]).parse_args(["reproduce", "--preset", "test", "--out", "o", "--quiet"])
+    assert args.quiet is True
 
 
 def test_an_integer_list_option_takes_the_one_grammar(tmp_path, capsys):

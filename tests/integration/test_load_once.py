@@ -103,9 +103,9 @@ def test_study_releases_a_model_before_the_next_loads(tiny_models, tmp_path, mon
     alive_at_load = []
     real = study.run_study_model
 
-    def run_model(job, out, device=None, pool=None):
+    def run_model(job, out, device=None, pool=None, progress=True):
         alive_at_load.append([ref() is not None for _, ref in loads])
-        return real(job, out, device, pool=pool)
+        return real(job, out, device, pool=pool, progress=progress)
 
     def summary(job, folder, out):
         return study.ModelSummary(job["model"], job["name"], 2, [], [], [], {}, {}, None, None, "")

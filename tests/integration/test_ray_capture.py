@@ -7,7 +7,6 @@ import signal
 import sys
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,8 +18,8 @@ from tests.helpers.llm_fixtures import smollm2_tokenizer, tiny_models  # noqa: F
 
 ray = pytest.importorskip("ray")
 
-from countlens.llm import CaptureConfig  # noqa: E402
-from countlens.llm.capture.distributed import RayCaptureResult, run_capture_on_ray  # noqa: E402
+from countlens.llm import CaptureConfig, run_capture  # noqa: E402
+from countlens.llm.capture.distributed import RayCaptureResult, RayShards, run_capture_on_ray  # noqa: E402
 
 SMALL = ["--L", "12", "--counts", "0:12", "--pairs", "a/b", "--configs", "count", "--seeds", "0,1", "--quiet"]
 
@@ -84,53 +83,34 @@ def test_items_capture_on_two_workers_equals_one_process(tiny_models, tmp_path, 
     assert sorted(set(np.asarray(b["prompt_id"]).tolist())) == list(range(26))
 
 
-def _capture_actor_pids() -> list[int]:
-    """This test process's own Ray workers that host a capture actor (its local cluster runs as its
-    descendants), read from /proc."""
-    parent, title = {}, {}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            parent[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            title[int(proc.name)] = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except (OSError, IndexError, ValueError):
-            continue
-    mine, grew = {os.getpid()}, True
-    while grew:
-        more = {pid for pid, ppid in parent.items() if ppid in mine} - mine
-        mine |= more
-        grew = bool(more)
-    return sorted(pid for pid in mine if "CaptureActor" in title.get(pid, ""))
-
-
 def test_sigkilled_worker_is_retried_and_every_row_is_there_once(tiny_models, tmp_path, local_cluster):  # noqa: F811
     out = tmp_path / "cap"
     cfg = config(tiny_models["qwen2"], shard_rows=1, batch_size=1)  # 26 one-row shards
+    shards = RayShards("local:2")
     result: dict = {}
 
     def run() -> None:
         try:
-            result["run"] = run_capture_on_ray(cfg, out, "local:2", progress=False)
+            result["run"] = run_capture(cfg, out, shards=shards, progress=False)
         except BaseException as exc:  # noqa: BLE001 - reported by the main thread
             result["error"] = exc
 
-    # a capture actor of an earlier test on this cluster can still be exiting (seen on loaded cores): not ours
-    earlier = set(_capture_actor_pids())
     thread = threading.Thread(target=run)
     thread.start()
+    # the victim is one of this run's own actors, as the run started them: no other process is looked at (an
+    # earlier test's actor can still be exiting on loaded cores)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and thread.is_alive():
         finished = list((out / SHARDS).glob("[0-9]*")) if (out / SHARDS).exists() else []
-        pids = [pid for pid in _capture_actor_pids() if pid not in earlier]
-        if len(finished) >= 3 and pids:
+        if len(finished) >= 3 and shards.described:
             break
         time.sleep(0.01)
     assert thread.is_alive(), result
     n_before = len(list((out / SHARDS).glob("[0-9]*")))
-    victim = pids[0]
+    victim = shards.described[0]["pid"]
     os.kill(victim, signal.SIGKILL)
-    thread.join(timeout=300)
+    thread.join(timeout=600)
+    assert not thread.is_alive(), "the run did not end within 10 minutes of the kill"
     assert "error" not in result, result.get("error")
     run = result["run"]
     assert n_before < 26, "the kill came after the last shard"
@@ -139,8 +119,8 @@ def test_sigkilled_worker_is_retried_and_every_row_is_there_once(tiny_models, tm
     assert {r["pid"] for r in run.shards} - first_pids, "no shard was captured by the restarted actor"
     keys = row_keys(out)
     assert len(keys) == 26 and len(set(keys)) == 26
-    shards = sorted(p.name for p in (out / SHARDS).iterdir())
-    assert shards == [f"{i:05d}" for i in range(26)]  # no temporary folder of the killed write is left
+    names = sorted(p.name for p in (out / SHARDS).iterdir())
+    assert names == [f"{i:05d}" for i in range(26)]  # no temporary folder of the killed write is left
     assert read_meta(out)["complete"]
 
 

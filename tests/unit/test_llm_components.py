@@ -30,6 +30,7 @@ from countlens.llm.hooks import (
 from countlens.llm.models import ModelSpec, load_model
 from countlens.llm.prompts import PromptSettings, build_prompts
 from tests.helpers.cli import assert_one_line_error, run_countlens
+from tests.helpers.final_answers import final_from_logp
 from tests.helpers.llm_fixtures import family_model, smollm2_tokenizer, tiny_models  # noqa: F401
 
 FAMILIES = ("llama-3", "qwen2", "qwen3", "gemma-2", "gemma-3", "mistral", "phi-3", "gpt-2", "gpt-neox", "olmo-2")
@@ -274,9 +275,8 @@ def test_patching_the_clean_writes_into_the_twin_is_the_clean_run_and_no_patch_i
             for b in range(L) for h in range(H)] + [boundary_write_setter(hook_sites([b], L, mlp_out)[0], mlps[:, b])
                                                     for b in range(L)], pad, batch_size=len(clean))
         unpatched_twin = patched_step_scores(model, twins, cands, lambda idx: [], pad, batch_size=len(clean))
-    for i, p in enumerate(clean):  # no patch: the plain forward's log-probabilities of the candidates
-        want = torch.log_softmax(torch.as_tensor(plain_logits(model, p)), -1).numpy()[[c[0] for c in cands[i]]]
-        np.testing.assert_allclose(nothing[i], want, atol=2e-4)
+    for i, p in enumerate(clean):  # no patch: the plain forwards' final-answer log-probabilities
+        np.testing.assert_allclose(nothing[i], plain_scores(model, p, cands[i]), atol=2e-4)
     np.testing.assert_allclose(every_write, nothing, atol=2e-4)
     np.testing.assert_allclose(every_head, nothing, atol=2e-4)
     assert np.abs(unpatched_twin - nothing).max() > 1e-3  # the twins really answer otherwise
@@ -311,13 +311,14 @@ def twin_pair(tok, family: str, n: int = 3):
 
 
 def plain_scores(model, prompt, candidates) -> np.ndarray:
-    """log p(candidate) (K,) of one prompt, each candidate by its own whole forward with no hook at all."""
+    """log P(candidate as the final answer) (K,) of one prompt, each candidate by its own whole forward with no
+    hook at all."""
     out = []
     for cand in candidates:
         with torch.no_grad():
             logits = model(input_ids=torch.tensor([list(prompt.ids) + list(cand)])).logits[0].double()
         logp = torch.log_softmax(logits, -1)
-        out.append(float(sum(logp[prompt.n_tokens - 1 + j, t] for j, t in enumerate(cand))))
+        out.append(final_from_logp(logp, prompt.n_tokens - 1, list(cand), model))
     return np.array(out)
 
 

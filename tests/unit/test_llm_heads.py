@@ -106,8 +106,12 @@ def test_head_replacement_edits_the_last_position_of_the_chosen_head_only():
 
 
 def logprob_by_hand(model, ids, candidate, edit_module, edit) -> float:
-    """log p(candidate | ids), every token teacher-forced in one full forward (no cache), with ``edit(z)``
-    applied in place to the input of ``edit_module`` at the boundary position only."""
+    """log P(candidate as the final answer | ids): every token teacher-forced in one full forward (no cache),
+    then no token that continues the number, with ``edit(z)`` applied in place to the input of ``edit_module``
+    at the boundary position only."""
+    from countlens.llm.answers import number_continuations
+    from countlens.llm.models import tokenizer_of
+
     boundary = len(ids) - 1
 
     def hook(module, args):
@@ -118,11 +122,13 @@ def logprob_by_hand(model, ids, candidate, edit_module, edit) -> float:
     handle = edit_module.register_forward_pre_hook(hook)
     try:
         with torch.no_grad():
-            logits = model(input_ids=torch.tensor([ids + candidate[:-1]])).logits[0].double()
+            logits = model(input_ids=torch.tensor([ids + candidate])).logits[0].double()
     finally:
         handle.remove()
     logp = torch.log_softmax(logits, dim=-1)
-    return float(sum(logp[boundary + j, t] for j, t in enumerate(candidate)))
+    ends = torch.as_tensor(number_continuations(tokenizer_of(model)))
+    return float(sum(logp[boundary + j, t] for j, t in enumerate(candidate))) + float(
+        torch.log1p(-logp[-1].exp()[ends].sum()))
 
 
 def projection(model, block: int):
@@ -344,3 +350,23 @@ def test_heads_and_steering_read_a_probe_by_one_criterion(tiny_models, tmp_path)
         read_probe(str(narrow), None, ref, 2, 32)
     assert caught.value.field == "probes"
     assert probe_mismatch(probes, ref.model_id, 32, names[:2]) == ["locations"]
+
+
+def test_mean_std_skips_undefined_values_slice_by_slice():
+    """The one mean/std of the heads' and the components' records, against numpy on each slice's finite
+    values (NaN where a slice has none)."""
+    from countlens.llm.heads.attention import mean_std
+
+    values = np.random.default_rng(3).standard_normal((7, 2, 3))
+    values[[0, 4, 5], 0, 1] = np.nan
+    values[:, 1, 2] = np.nan
+    mean, std, count = mean_std(values)
+    assert mean.shape == std.shape == count.shape == (2, 3)
+    for i in range(2):
+        for j in range(3):
+            x = values[:, i, j][np.isfinite(values[:, i, j])]
+            assert count[i, j] == x.size
+            if x.size:
+                assert mean[i, j] == pytest.approx(x.mean(), abs=1e-12) and std[i, j] == pytest.approx(x.std(), abs=1e-12)
+            else:
+                assert np.isnan(mean[i, j]) and np.isnan(std[i, j])

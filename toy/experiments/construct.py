@@ -27,9 +27,14 @@ class ConstructConfig:
     """``toy construct``: explicit parameters of ``variant`` counting to ``L`` at dimension ``d``."""
 
     variant: str
+    """one of the seven variants: linear, linear-preln-bare, softmax, softmax-postln-bare,
+    softmax-postln-learned, softmax-preln-learned, softmax-preln-bare"""
     d: int
+    """model dimension"""
     L: int
+    """maximum length: the domain is n, m >= 0, n + m <= L"""
     tau: float | None = None  # score scale; None: 1/sqrt(d)
+    """score scale (default: 1/sqrt(d))"""
 
     def __post_init__(self) -> None:
         validate(self.variant, self.L, self.d)
@@ -84,7 +89,9 @@ class CheckConfig:
     """``toy check``: the full-domain check of a parameter file up to ``L``."""
 
     params: str  # a toy parameter file (construct's or train's output, or a Table 3 attained entry)
+    """JSON parameter file (as written by construct or train)"""
     L: int
+    """maximum length to check"""
 
     def __post_init__(self) -> None:
         check_fields(self, {"L": AtLeast(1)})

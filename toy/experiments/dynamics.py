@@ -22,11 +22,17 @@ class Figure3Config:
     """Figure 3: L-BFGS training dynamics of ``variant`` (regression), one run per seed, logged ~50 times."""
 
     L: int = 50
+    """maximum length"""
     seeds: tuple[int, ...] = (0, 1, 2)
+    """comma-separated seeds"""
     steps: int = 150
+    """L-BFGS steps per run"""
     d: int = 16
+    """model dimension"""
     variant: str = "softmax"
+    """the model variant"""
     lr: float | None = None
+    """L-BFGS initial step length (default: 1)"""
 
     FIELDS: ClassVar[dict] = {"L": AtLeast(1), "seeds": Ints(minimum=0), "steps": AtLeast(1)}
 
@@ -50,13 +56,21 @@ class Figure4Config:
     """
 
     L: int = 100
+    """maximum length"""
     steps: int = 1000
+    """full-batch Adam updates"""
     minibatch_steps: int = 2000
+    """mini-batch Adam updates"""
     batch_size: int = 1024
+    """pairs per mini-batch"""
     lr: float = 1e-2
+    """Adam learning rate"""
     seed: int = 0
+    """initialisation and split seed"""
     d: int = 16
+    """model dimension"""
     variant: str = "softmax"
+    """the model variant"""
 
     FIELDS: ClassVar[dict] = {"L": AtLeast(1), "steps": AtLeast(1), "minibatch_steps": AtLeast(1),
                               "batch_size": AtLeast(1), "lr": Positive()}

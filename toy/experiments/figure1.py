@@ -33,7 +33,9 @@ class Figure1Config:
     (bare pre-LN at ``min(L, L_cap(d))``)."""
 
     d: int = 16
+    """model dimension"""
     L: int = 20
+    """largest count n drawn"""
 
     def __post_init__(self) -> None:
         need_dimension(self.d)

@@ -37,14 +37,24 @@ class Figure2Config:
     """
 
     L: tuple[int, ...] = (10, 20, 50)
+    """lengths for panels a-c"""
     seeds: tuple[int, ...] = (0,)
+    """comma-separated seeds"""
     steps: int = 2000
+    """L-BFGS steps per run"""
     d: int = 16
+    """model dimension"""
     variant: str = "softmax-postln-learned"
+    """the model variant"""
     B: tuple[float, ...] = (10.0, 30.0, 100.0)
+    """caps for panel d"""
     ce_scale: float | None = None
+    """classifier loss temperature (default: L)"""
     lr: float | None = None
+    """L-BFGS initial step length (default: 1)"""
     table3: str | None = None
+    """reuse a `countlens toy table3 --attained --json` result for panel d instead of training (default: train
+    here)"""
     attained: Table3Config = field(default_factory=lambda: Table3Config(attained=True))
 
     FIELDS: ClassVar[dict] = {"L": Ints(minimum=1), "seeds": Ints(minimum=0), "steps": AtLeast(1)}

@@ -29,9 +29,13 @@ class RatesConfig:
     """
 
     d: int = 16
+    """model dimension"""
     L: tuple[int, ...] = RATES_L
+    """comma-separated lengths; the report adds L = 3000"""
     variants: tuple[str, ...] = VARIANTS
+    """comma-separated variants (default: all seven)"""
     tau: float | None = None
+    """score scale (default: 1/sqrt(d))"""
 
     def __post_init__(self) -> None:
         check_fields(self, {"L": Ints(minimum=1)}, assign=True)
@@ -89,7 +93,9 @@ class LcapConfig:
     """Table 1's ``L_cap(d)`` of ``softmax-preln-bare``, bracketed: constructed and proven infeasible."""
 
     d: tuple[int, ...] = (3, 4, 8, 16)
+    """comma-separated dimensions"""
     tau: float | None = None  # None: 1/sqrt(d) per d
+    """score scale (default: 1/sqrt(d) per d)"""
 
     def __post_init__(self) -> None:
         check_fields(self, {"d": Ints(minimum=1)}, assign=True)

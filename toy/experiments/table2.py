@@ -28,13 +28,21 @@ class Table2Config:
     """
 
     d: tuple[int, ...] = (4, 16)
+    """comma-separated dimensions"""
     L: tuple[int, ...] = (250, 500)
+    """comma-separated lengths"""
     seeds: tuple[int, ...] = (0, 1, 2)
+    """comma-separated seeds"""
     steps: int = 600
+    """optimiser steps per run"""
     optimizer: str = "lbfgs"
+    """one of lbfgs, adam, adam-minibatch"""
     lr: float | None = None  # None: the optimiser's default (L-BFGS 1, Adam 1e-2)
+    """learning rate (default: 1 for L-BFGS, 1e-2 for Adam)"""
     variant: str = "softmax"
+    """the model variant"""
     init_scale: float = 0.1
+    """norm of every initial vector (approximately)"""
 
     FIELDS: ClassVar[dict] = {"d": Ints(minimum=1), "L": Ints(minimum=1), "seeds": Ints(minimum=0), "steps": AtLeast(1)}
 

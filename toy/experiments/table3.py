@@ -49,17 +49,30 @@ class Table3Config:
     """
 
     d: int = 16
+    """model dimension"""
     B: tuple[float, ...] = tuple(float(b) for b in TABLE3_B)
+    """comma-separated caps"""
     tau: float | None = None  # None: 1/sqrt(d)
+    """score scale (default: 1/sqrt(d))"""
     attained: bool = False
+    """also train under each cap B and report the largest grid length that passes (a lower bound on L_max)"""
     attained_grid: tuple[int, ...] = (*QUICK_GRID, 500, 1000)
+    """lengths to climb"""
     attained_seeds: tuple[int, ...] = (0,)
+    """seeds tried per length"""
     attained_steps: int = 400
+    """L-BFGS steps per run"""
     attained_loss: tuple[str, ...] = ("max", "mse")
+    """comma-separated losses tried in turn per length (of mse, max; max: smooth max error)"""
     attained_parametrization: tuple[str, ...] = ("polar", "cartesian")
+    """comma-separated parametrizations tried in turn per length and seed (of cartesian, polar; polar: each
+    vector's log norm and direction)"""
     attained_working_set: int = 2048
+    """random pairs in the initial working set, besides the domain's edges"""
     attained_check_every: int = 50
+    """L-BFGS steps between full-domain checks (the working set grows after each failed one)"""
     attained_patience: int = 4
+    """stop a run after this many checks in a row without lowering its best worst error by 1 % (0: never)"""
 
     FIELDS: ClassVar[dict] = {"B": Numbers(positive=True), "attained_grid": Ints(minimum=1),
                               "attained_seeds": Ints(minimum=0), "attained_steps": AtLeast(1)}

@@ -1,0 +1,85 @@
+"""Options derived from a config's fields (countlens.core.args.add_config_options): flag, type, default, shown
+choices and help come from the field, its FIELDS rule and the string written under it."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import ClassVar
+
+import pytest
+
+from countlens.core.args import (
+    HelpFormatter,
+    OneLineParser,
+    Option,
+    add_config_options,
+    cli_message,
+    config_values,
+)
+from countlens.core.errors import ConfigError
+from countlens.core.fields import AtLeast, Ints, OneOf, check_fields, field_doc
+
+
+@dataclass(frozen=True)
+class _Config:
+    steps: int = 300
+    """optimiser steps"""
+    seeds: tuple[int, ...] = (0, 1, 2)
+    """split seeds"""
+    loss: str = "mse"
+    """the loss"""
+    fast: bool = False
+    """go fast"""
+    name: str | None = None
+    """a name (default: none)"""
+
+    FIELDS: ClassVar[dict] = {"steps": AtLeast(1), "seeds": Ints(minimum=0), "loss": OneOf(("mse", "max"))}
+
+    def __post_init__(self) -> None:
+        check_fields(self, self.FIELDS, assign=True)
+
+
+def _parser(**kw) -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="x", formatter_class=HelpFormatter)
+    add_config_options(parser, _Config(), **kw)
+    return parser
+
+
+def test_the_field_documents_itself():
+    assert field_doc(_Config, "steps") == "optimiser steps"
+    assert field_doc(_Config, "name") == "a name (default: none)"
+
+
+def test_each_field_becomes_its_option():
+    parser = _parser()
+    actions = {a.dest: a for a in parser._actions if a.option_strings and a.dest != "help"}
+    assert {d: max(a.option_strings, key=len) for d, a in actions.items()} == {
+        "steps": "--steps", "seeds": "--seeds", "loss": "--loss", "fast": "--fast", "name": "--name"}
+    assert actions["steps"].type is int and actions["steps"].default == 300
+    assert actions["seeds"].default == "0,1,2" and actions["loss"].metavar == "{mse,max}"
+    assert isinstance(actions["steps"].rule, AtLeast) and actions["fast"].nargs == 0
+    text = parser.format_help()
+    assert "optimiser steps (default: 300)" in text and "split seeds (default: 0,1,2)" in text
+
+
+def test_values_come_back_parsed_and_the_config_checks_them():
+    parser = _parser()
+    args = parser.parse_args(["--seeds", "0:3", "--steps", "5", "--fast"])
+    config = _Config(**config_values(args))
+    assert config == _Config(steps=5, seeds=(0, 1, 2, 3), fast=True)
+    args = parser.parse_args(["--loss", "l1"])
+    with pytest.raises(ConfigError) as caught:
+        _Config(**config_values(args))
+    assert cli_message(caught.value, args._parser) == "--loss must be one of mse, max, got 'l1'"
+
+
+def test_a_command_declares_only_what_differs():
+    parser = _parser(options={"seeds": Option("seeds", alias="--split-seeds")}, unset=True,
+                     helps={"steps": "how long"})
+    args = parser.parse_args(["--split-seeds", "-1"])
+    assert config_values(args) == {"seeds": (-1,)}  # unset options are left to the config's defaults
+    with pytest.raises(ConfigError) as caught:
+        _Config(**config_values(args))
+    assert cli_message(caught.value, args._parser).startswith("--split-seeds values must be >= 0")
+    assert "how long (default: 300)" in parser.format_help()
