@@ -228,7 +228,7 @@ def number_continuations(tokenizer) -> np.ndarray:
 _DIGITS = frozenset("0123456789")
 
 
-def _continuation_mask(model, continuation, vocabulary: int, device):
+def continuation_mask(model, vocabulary: int, device, continuation=None):
     """(V,) bool: the tokens that continue a number (``continuation`` ids, else those of the tokenizer
     ``model`` was loaded with, :func:`~countlens.llm.models.tokenizer_of`)."""
     import torch
@@ -268,7 +268,7 @@ def score_candidates(model, logits, cache, attention_mask, last_pos, candidates,
     per_row = [candidates] * B if shared else list(candidates)
     if len(per_row) != B or len({len(c) for c in per_row}) != 1 or any(not t for c in per_row for t in c):
         raise ValueError("candidates: one list of non-empty token lists, or one list of K per row")
-    ends = _continuation_mask(model, continuation, logits.shape[-1], logits.device)
+    ends = continuation_mask(model, logits.shape[-1], logits.device, continuation)
     first = torch.log_softmax(logits.float(), dim=-1)  # (B, V)
     out = np.zeros((B, len(per_row[0])), dtype=np.float64)
     rows = []  # (row, [(feed, [(candidate, tokens), ...]), ...])

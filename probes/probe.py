@@ -280,6 +280,62 @@ def control_accuracy(X: np.ndarray, y: np.ndarray, splits, alphas: np.ndarray, c
     return rounded_accuracy(labels[test], probe.predict(X[test]))
 
 
+def shown_locations(config: ProbeConfig, data: ProbeData, probed: list[str]) -> list[str] | None:
+    """The locations Figure 7 shows (``config.figure_locations``, all among the ``probed``), ``None`` for the
+    default; ``ConfigError("figure_locations")`` for one not probed."""
+    if config.figure_locations is None:
+        return None
+    with about("figure_locations"):
+        shown = [data.locations[i] for i in resolve_locations(data.locations, config.figure_locations)]
+    missing = [name for name in shown if name not in probed]
+    if missing:
+        raise ConfigError("figure_locations", f"{{figure_locations}} {', '.join(missing)} not among the "
+                                              "probed locations ({locations})", also=("locations",))
+    return shown
+
+
+def probe_protocol(config: ProbeConfig, probed: list[str], shown: list[str] | None, first) -> dict[str, Any]:
+    """What a :class:`ProbeResult` records as its ``config``: the probe settings, the selection and the sizes
+    of the first seed's split ``first`` ((train, validation, test) row indices)."""
+    return {"acts": str(config.acts), "locations": probed,
+            "alphas": np.asarray(config.alphas, dtype=np.float64).tolist(), "seeds": list(config.seeds),
+            "fractions": list(config.fractions), "standardize": config.standardize, "bin_width": config.bin_width,
+            "bin_start": config.bin_start, "selection": SELECTION, "rows": "all rows, IID by row",
+            "split_sizes": dict(zip(("train", "validation", "test"), map(len, first), strict=True)),
+            "classifier_C": None if config.classifier_C is None else list(config.classifier_C),
+            "figure_locations": shown, "blas_threads": config.blas_threads,
+            "control": ({"task": "Hewitt-Liang: each count mapped to a fixed random other count",
+                         "seed": config.control_seed} if config.control else None)}
+
+
+def probe_cache_key(protocol: dict[str, Any], data: ProbeData) -> dict[str, Any]:
+    """What a kept location must match to be reused: the ``protocol`` (less where the capture lies, the chosen
+    and shown locations and the threads) and what the capture holds, so that a recapture into the same folder
+    is never mixed with old results."""
+    data_key = {"settings": data.meta.settings or None, "rows": len(data.n), "n_sum": float(data.n.sum()),
+                "shape": list(data.acts.shape)}
+    return {**{k: v for k, v in protocol.items() if k not in ("acts", "locations", "figure_locations", "blas_threads")},
+            "data": data_key}
+
+
+def fit_location_probes(data: ProbeData, index: int, config: ProbeConfig, splits: dict, bins) -> dict[str, Any]:
+    """The probes of location ``index``, one per split seed (``splits[seed]``: (train, validation, test) row
+    indices; ``bins``: the count bins of the binned accuracy), with the classifier and the control task where
+    ``config`` asks, as the dict of a :class:`LocationProbes` (what the cache keeps)."""
+    X = data.X(index)
+    alphas = np.asarray(config.alphas, dtype=np.float64)
+    fits = [fit_probe(X, data.n, splits[s], alphas, s, config.standardize, bins) for s in config.seeds]
+    if config.classifier_C is not None:
+        for fit, s in zip(fits, config.seeds, strict=True):
+            fit.classifier = fit_classifier_probe(X, data.n, splits[s], config.classifier_C, config.standardize)
+    if config.control:
+        for fit, s in zip(fits, config.seeds, strict=True):
+            fit.control_test_rounded_acc = control_accuracy(X, data.n, splits[s], alphas, config.control_seed,
+                                                            config.standardize)
+            fit.selectivity = fit.test_rounded_acc - fit.control_test_rounded_acc
+    return dataclasses.asdict(LocationProbes(data.locations[index], index, fits))
+
+
 def run_probes(config: ProbeConfig, data: ProbeData | None = None, *,
                resume_dir: str | os.PathLike | None = None, progress: bool = False) -> ProbeResult:
     """Validation-selected probes at each location of ``config.locations`` for each split seed; with
@@ -302,57 +358,22 @@ def run_probes(config: ProbeConfig, data: ProbeData | None = None, *,
     with about("locations"):
         indices = resolve_locations(data.locations, config.locations)
     probed = [data.locations[i] for i in indices]
-    shown = None
-    if config.figure_locations is not None:
-        with about("figure_locations"):
-            shown = [data.locations[i] for i in resolve_locations(data.locations, config.figure_locations)]
-        missing = [name for name in shown if name not in probed]
-        if missing:
-            raise ConfigError("figure_locations", f"{{figure_locations}} {', '.join(missing)} not among the "
-                                                  "probed locations ({locations})", also=("locations",))
-    alphas = np.asarray(config.alphas, dtype=np.float64)
+    shown = shown_locations(config, data, probed)
     splits = {s: split_rows(len(data.n), s, config.fractions) for s in config.seeds}
     bins = count_bins(data.n, config.bin_width, config.bin_start)
-    protocol = {"acts": str(config.acts), "locations": probed,
-                "alphas": alphas.tolist(), "seeds": list(config.seeds), "fractions": list(config.fractions),
-                "standardize": config.standardize, "bin_width": config.bin_width, "bin_start": config.bin_start,
-                "selection": SELECTION, "rows": "all rows, IID by row",
-                "split_sizes": dict(zip(("train", "validation", "test"),
-                                        map(len, splits[config.seeds[0]]), strict=True)),
-                "classifier_C": None if config.classifier_C is None else list(config.classifier_C),
-                "figure_locations": shown, "blas_threads": config.blas_threads,
-                "control": ({"task": "Hewitt-Liang: each count mapped to a fixed random other count",
-                             "seed": config.control_seed} if config.control else None)}
-    # Keyed by the configuration and by what the capture holds, so a recapture into the same folder is
-    # never mixed with old results.
-    data_key = {"settings": data.meta.settings or None, "rows": len(data.n), "n_sum": float(data.n.sum()),
-                "shape": list(data.acts.shape)}
-    run_key = {**{k: v for k, v in protocol.items()
-                  if k not in ("acts", "locations", "figure_locations", "blas_threads")},
-               "data": data_key}
+    protocol = probe_protocol(config, probed, shown, splits[config.seeds[0]])
+    run_key = probe_cache_key(protocol, data)
     cache = ResultCache(resume_dir, "location")
-
-    def fit_location(index: int) -> dict[str, Any]:
-        X = data.X(index)
-        fits = [fit_probe(X, data.n, splits[s], alphas, s, config.standardize, bins) for s in config.seeds]
-        if config.classifier_C is not None:
-            for fit, s in zip(fits, config.seeds, strict=True):
-                fit.classifier = fit_classifier_probe(X, data.n, splits[s], config.classifier_C, config.standardize)
-        if config.control:
-            for fit, s in zip(fits, config.seeds, strict=True):
-                fit.control_test_rounded_acc = control_accuracy(X, data.n, splits[s], alphas, config.control_seed,
-                                                                config.standardize)
-                fit.selectivity = fit.test_rounded_acc - fit.control_test_rounded_acc
-        return dataclasses.asdict(LocationProbes(data.locations[index], index, fits))
-
     results = []
     for index in tqdm(indices, desc="probe locations", disable=not progress):
         with blas_threads(config.blas_threads):
-            saved = cache.get_or_run({**run_key, "location": index}, lambda index=index: fit_location(index))
+            saved = cache.get_or_run({**run_key, "location": index},
+                                     lambda index=index: fit_location_probes(data, index, config, splits, bins))
         results.append(LocationProbes(saved["name"], int(saved["index"]), [ProbeFit(**f) for f in saved["fits"]]))
     cache.clear()
-    return ProbeResult(protocol, data.source(), alphas.tolist(), results, result_provenance(config),
-                       behaviour_accuracy(data.n, data.answer, bins, expected=data.expected, rank=data.rank))
+    return ProbeResult(config=protocol, source=data.source(), alphas=list(protocol["alphas"]), locations=results,
+                       provenance=result_provenance(config),
+                       behaviour=behaviour_accuracy(data.n, data.answer, bins, expected=data.expected, rank=data.rank))
 
 
 declare(Experiment(
@@ -364,4 +385,5 @@ declare(Experiment(
 
 __all__ = ["DEFAULT_SEEDS", "DEFAULT_BLAS_THREADS", "SELECTION", "TARGETS", "DEFAULT_POSITION_BUCKETS",
            "ProbeConfig", "ProbeFit", "LocationProbes", "seed_stat", "ProbeResult", "fit_probe",
-           "control_accuracy", "run_probes", "check_probe_fields", "COMMON_FIELDS"]
+           "control_accuracy", "run_probes", "check_probe_fields", "COMMON_FIELDS", "shown_locations",
+           "probe_protocol", "probe_cache_key", "fit_location_probes"]

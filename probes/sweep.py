@@ -121,8 +121,8 @@ def run_sweep(config: SweepConfig, data: ProbeData | None = None) -> SweepResult
     with blas_threads(config.blas_threads):
         per_seed = [sweep_seed(X, data.n, split_rows(len(data.n), s, config.fractions), alphas, s,
                                config.standardize) for s in config.seeds]
-    return SweepResult(protocol, data.source(), data.locations[index], int(index), per_seed,
-                       result_provenance(config))
+    return SweepResult(config=protocol, source=data.source(), location=data.locations[index],
+                       location_index=int(index), seeds=per_seed, provenance=result_provenance(config))
 
 
 declare(Experiment(

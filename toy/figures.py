@@ -56,17 +56,9 @@ def _legend_below(ax: plt.Axes) -> None:
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False)
 
 
-def plot_figure2(result: Any) -> plt.Figure:
-    """(a) read-out norm vs L per head; (b) arc angle of h(n, 0) vs L; (c) smallest winning gap per count;
-    (d) L_max under caps B, attained (trained) and constructed. Panels a–c show passing runs only.
-
-    Points are trained runs, lines constructions: the trained classifier's class vectors grow with L, the
-    classifier construction's stay bounded (every vector <= 1 at every L). Legends sit below their panels.
-    """
-    r = _as_dict(result)
-    runs = [x for x in r["runs"] if x.get("passed")]
-    cons = r["construction"]
-    fig, ax = plt.subplots(1, 4, figsize=(18, 5.6))
+def _panel_norms(ax: np.ndarray, r: dict[str, Any], runs: list[dict[str, Any]], cons: dict[str, Any]) -> None:
+    """Panels (a) and (b) of Figure 2: the read-out norm and the arc angle against L, trained runs (points)
+    and constructions (lines)."""
     names = {"regression": (r"$\|w\|$", r"$|b_0|$"), "classification": (r"$\max_k \|u_k\|$", r"$\max_k |c_k|$")}
     for head, (color, label) in _HEADS.items():
         mine = [x for x in runs if x["readout"] == head]
@@ -86,6 +78,10 @@ def plot_figure2(result: Any) -> plt.Figure:
     ax[1].set(xscale="log", yscale="log", xlabel="$L$", ylabel="radians",
               title="(b) arc of $h(n, 0)$, $n = 0..L$")
 
+
+def _panel_gaps(ax, r: dict[str, Any], runs: list[dict[str, Any]], cons: dict[str, Any]) -> None:
+    """Panel (c) of Figure 2: the smallest winning gap per count, per L, of the first trained classifier and
+    of the construction."""
     cmap = plt.get_cmap("viridis")
     Ls = sorted(set(r["Ls"]))
     for i, L in enumerate(Ls):
@@ -93,27 +89,46 @@ def plot_figure2(result: Any) -> plt.Figure:
         mine = [x for x in runs if x["readout"] == "classification" and x["L"] == L and "min_gap" in x]
         for x in mine[:1]:
             g = np.asarray(x["min_gap"], dtype=float)
-            ax[2].plot(np.arange(len(g)), np.maximum(g, 1e-300), color=color, label=f"trained, $L$ = {L}")
+            ax.plot(np.arange(len(g)), np.maximum(g, 1e-300), color=color, label=f"trained, $L$ = {L}")
         if L in cons["L"]:
             g = np.asarray(cons["min_gap"][cons["L"].index(L)], dtype=float)
-            ax[2].plot(np.arange(len(g)), np.maximum(g, 1e-300), ":", color=color, label=f"construction, $L$ = {L}")
-    ax[2].set(yscale="log", xlabel="count $n$", ylabel="min over $m$ of winning gap", title="(c) winning score gap")
+            ax.plot(np.arange(len(g)), np.maximum(g, 1e-300), ":", color=color, label=f"construction, $L$ = {L}")
+    ax.set(yscale="log", xlabel="count $n$", ylabel="min over $m$ of winning gap", title="(c) winning score gap")
 
+
+def _panel_lmax(ax, r: dict[str, Any]) -> None:
+    """Panel (d) of Figure 2: L_max under caps B per variant, attained (trained) and constructed."""
     markers = iter("osD^v")
     for v, row in (r.get("lmax") or {}).items():
         m = next(markers, "o")
         B = row["B"]
         line = None
         if "attained" in row:
-            line = ax[3].plot(B, [max(a, 0.5) for a in row["attained"]], marker=m,
-                              label=f"{v} attained (trained; up to the grid's end)")[0]
+            line = ax.plot(B, [max(a, 0.5) for a in row["attained"]], marker=m,
+                           label=f"{v} attained (trained; up to the grid's end)")[0]
         if "l_max" in row:  # None (not computed) and inf (no finite limit) are left out
             pts = [(b, float(x)) for b, x in zip(B, row["l_max"], strict=True)
                    if x is not None and np.isfinite(float(x))]
             if pts:
-                ax[3].plot(*zip(*pts, strict=True), ":", marker=m, mfc="none",
-                           color=line.get_color() if line else None, label=f"{v} constr.")
-    ax[3].set(xscale="log", yscale="log", xlabel="cap $B$", ylabel=r"$L_{\max}$", title="(d) length within a budget")
+                ax.plot(*zip(*pts, strict=True), ":", marker=m, mfc="none",
+                        color=line.get_color() if line else None, label=f"{v} constr.")
+    ax.set(xscale="log", yscale="log", xlabel="cap $B$", ylabel=r"$L_{\max}$", title="(d) length within a budget")
+
+
+def plot_figure2(result: Any) -> plt.Figure:
+    """(a) read-out norm vs L per head; (b) arc angle of h(n, 0) vs L; (c) smallest winning gap per count;
+    (d) L_max under caps B, attained (trained) and constructed. Panels a–c show passing runs only.
+
+    Points are trained runs, lines constructions: the trained classifier's class vectors grow with L, the
+    classifier construction's stay bounded (every vector <= 1 at every L). Legends sit below their panels.
+    """
+    r = _as_dict(result)
+    runs = [x for x in r["runs"] if x.get("passed")]
+    cons = r["construction"]
+    fig, ax = plt.subplots(1, 4, figsize=(18, 5.6))
+    _panel_norms(ax, r, runs, cons)
+    _panel_gaps(ax[2], r, runs, cons)
+    _panel_lmax(ax[3], r)
     for a in ax:
         _legend_below(a)
     fig.suptitle(f"{r['variant']}, $d$ = {r['d']}: regression vs classification read-out. Points: trained runs "

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from countlens.llm.answers import continuation_mask
 from countlens.llm.capture.residuals import find_blocks
 from countlens.llm.hooks import HookSet, HookSite, hook_sites
 
@@ -61,13 +62,16 @@ def frozen_parameters(model):
             p.requires_grad_(flag)
 
 
-def candidate_logprob(logits, start: int, tokens: Sequence[int]):
-    """log p(tokens | the first ``start + 1`` positions), every token teacher-forced: ``logits`` (T', V) of one
-    row whose positions ``start ..`` predict ``tokens`` in turn -> a scalar tensor (float64)."""
+def candidate_logprob(logits, start: int, tokens: Sequence[int], ends):
+    """log P(tokens as the final answer | the first ``start + 1`` positions) (docs/definitions.md §2): every token
+    teacher-forced, then no token that continues the number. ``logits`` (T', V) of one row whose positions
+    ``start ..`` predict ``tokens`` in turn and the token after them; ``ends`` (V,) bool, the tokens that continue
+    a number (:func:`countlens.llm.answers.continuation_mask`) -> a scalar tensor (float64)."""
     import torch
 
-    rows = logits[start:start + len(tokens)].double().log_softmax(-1)  # (m, V)
-    return rows[torch.arange(len(tokens)), torch.as_tensor(list(tokens), device=logits.device)].sum()
+    rows = logits[start:start + len(tokens) + 1].double().log_softmax(-1)  # (m + 1, V)
+    said = rows[torch.arange(len(tokens)), torch.as_tensor(list(tokens), device=logits.device)].sum()
+    return said + torch.logsumexp(rows[len(tokens)].masked_fill(ends, float("-inf")), dim=-1)
 
 
 def gradient_pass(model, base_ids: Sequence[int], source_ids: Sequence[int], candidates: Sequence[Sequence[int]],
@@ -75,7 +79,7 @@ def gradient_pass(model, base_ids: Sequence[int], source_ids: Sequence[int], can
     """:class:`GradientPass` of the base prompt ``base_ids`` (T,) and the source prompt ``source_ids`` (T,) at the
     hook sites ``sites`` (``{kind: sites}``, each kind's sites one activation (T, w) each; residual location 0,
     the input of block 0, is where the gradient starts and may be among them). ``candidates``: the two answers'
-    token lists; LD = log p(candidates[0]) − log p(candidates[1]). One forward of three right-padded rows and one
+    token lists; LD = log P(candidates[0]) − log P(candidates[1]), final answers. One forward of three right-padded rows and one
     backward; no weight gradient."""
     import torch
 
@@ -112,7 +116,8 @@ def gradient_pass(model, base_ids: Sequence[int], source_ids: Sequence[int], can
         kwargs = {"logits_to_keep": kept} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
         logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False, **kwargs).logits
         logits = logits[:, -kept:]  # (3, kept, V): position T − 1 + i at index i
-        lp = [candidate_logprob(logits[k], 0, c) for k, c in enumerate(candidates)]
+        ends = continuation_mask(model, logits.shape[-1], logits.device)
+        lp = [candidate_logprob(logits[k], 0, c, ends) for k, c in enumerate(candidates)]
         ld = lp[0] - lp[1]
         keys = [(kind, i) for kind, group in sites.items() for i in range(len(group))]
         missing = [k for k in keys if k not in seen]

@@ -24,6 +24,7 @@ reads everything with: a component that writes nothing directly can still move t
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -48,23 +49,30 @@ def boundary_write_setter(site: HookSite, values) -> Setter:
     return Setter(site, values, positions=torch.full((len(values),), -1), rows=torch.arange(len(values)))
 
 
+@contextlib.contextmanager
+def _step_context(model, idx, setters_of, record):
+    """The recorder ``record(idx)`` (if any) and the :class:`Patch` of ``setters_of(idx)``, entered together."""
+    with contextlib.ExitStack() as stack:
+        if record is not None:
+            stack.enter_context(record(idx))
+        stack.enter_context(Patch(model, list(setters_of(idx))))
+        yield
+
+
 def patched_step_scores(model, prompts, candidates, setters_of: Callable[[list[int]], Sequence[Setter]],
                         pad_id: int, batch_size: int = 8, record=None) -> np.ndarray:
     """log p(candidate) (P, K) float64 of ``prompts`` with the boundary step run under one :class:`Patch` of the
     setters ``setters_of(batch prompt indices)`` (no setter: the clean boundary step). ``candidates[i]``:
     prompt i's K token lists. ``record(indices)`` (optional) returns a context manager also active during each
     batch's boundary step (e.g. a :class:`~countlens.llm.components.attribution.ComponentPass`)."""
-    import contextlib
-
     out = np.zeros((len(prompts), len(candidates[0])), dtype=np.float64)
     for start in range(0, len(prompts), batch_size):
         idx = list(range(start, min(start + batch_size, len(prompts))))
         batch = PrefixBatch(model, [prompts[i] for i in idx], pad_id)
-        with contextlib.ExitStack() as stack:
-            if record is not None:
-                stack.enter_context(record(idx))
-            scores, _ = batch.step(list(range(len(idx))), [candidates[i] for i in idx],
-                                   Patch(model, list(setters_of(idx))))
+        # the recorder and the patch during the boundary step only, not the candidates' feeds after it (their
+        # forwards would overwrite what it recorded)
+        scores, _ = batch.step(list(range(len(idx))), [candidates[i] for i in idx], _step_context(model, idx, setters_of,
+                                                                                                  record))
         out[idx] = scores
     return out
 

@@ -504,9 +504,9 @@ def run_components(config: ComponentsConfig, *, loaded: LoadedModel | None = Non
         P = len(plan.prompts)
         ablation, counts = _ablate(plan, model, tok, write_sum[1:] / P, z_sum / P, pad_id, B, records) \
             if plan.ablated else ([], [])
-    result = ComponentsResult(config.to_dict(), loaded.model_id, plan.architecture, plan.n_blocks, plan.n_heads,
-                              records, rows, ablation=ablation, ablation_counts=counts,
-                              provenance=result_provenance(config))
+    result = ComponentsResult(config=config.to_dict(), model=loaded.model_id, architecture=plan.architecture,
+                              n_layers=plan.n_blocks, n_heads=plan.n_heads, prompts=records, rows=rows,
+                              ablation=ablation, ablation_counts=counts, provenance=result_provenance(config))
     result.summary = result.summarised()
     result.seconds = round(time.perf_counter() - started, 3)
     return result

@@ -212,8 +212,10 @@ def run_diagnosis(config: DiagnosisConfig) -> DiagnosisResult:
         verdict = "no prompt was ablated, so no component's effect is shown"
     else:
         verdict = "no single component's ablation moves the expected count toward the correct count enough"
-    return DiagnosisResult(config.to_dict(), components.model, n_blocks, lens.model_readout.get("rank"), locations,
-                           best, pushers, error, found, verdict, SHOWN, result_provenance(config))
+    return DiagnosisResult(config=config.to_dict(), model=components.model, n_blocks=n_blocks,
+                           model_rank=lens.model_readout.get("rank"), locations=locations, best=best,
+                           pushers=pushers, mean_error=error, culprit=found, verdict=verdict, shown=SHOWN,
+                           provenance=result_provenance(config))
 
 
 declare(Experiment(

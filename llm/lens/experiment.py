@@ -218,6 +218,23 @@ def run_lens(config: LensConfig, *, loaded: LoadedModel | None = None, progress:
         return _run_lens(config, loaded, progress, pool)
 
 
+def lens_summary(r, model_test, n_test: np.ndarray, tokens: FirstTokens) -> dict[str, Any]:
+    """One lens's entry at a location: the read-out ``r`` of the test prompts summarised
+    (:func:`~countlens.llm.lens.readout.readout_summary`), its mean KL from the model's own first-token
+    candidates' distribution ``model_test`` and the mean rank of the model's own first answer token."""
+    return {**readout_summary(r, n_test, tokens),
+            "kl": float(np.mean(candidate_kl(model_test.first_logits, r.first_logits))),
+            "answer_rank": float(np.mean(answer_rank(model_test.first_logits, r.first_logits)))}
+
+
+def lens_record(name: str, index: int, lens: str, r, j: int, row: int, n: int) -> dict[str, Any]:
+    """One record of :attr:`LensResult.rows`: test prompt ``j`` (capture row ``row``, count ``n``) read by
+    ``lens`` at location ``name`` (index ``index``), from its read-out ``r``."""
+    return {"location": name, "location_index": index, "lens": lens, "row": int(row), "n": int(n),
+            "logprob": float(r.logprob[j]), "rank": int(r.rank[j]),
+            "expected": None if not np.isfinite(r.expected[j]) else float(r.expected[j])}
+
+
 def _run_lens(config: LensConfig, loaded: LoadedModel | None, progress: bool, pool: ModelPool | None) -> LensResult:
     from countlens.llm.steering.experiment import capture_model
     from countlens.probes import ProbeResult, split_rows
@@ -254,17 +271,11 @@ def _run_lens(config: LensConfig, loaded: LoadedModel | None, progress: bool, po
     for i in chosen:
         entry = {"name": names[i], "index": i, "label": location_label(names[i])}
         logit = read_through(head, acts[test, i], tokens, n[test])
-        tuned_fit = fit_tuned_lens(head, tokens, acts[:, i], acts[:, last], parts, list(config.alphas),
-                                   model_val)
+        tuned_fit = fit_tuned_lens(head, tokens, acts[:, i], acts[:, last], parts, list(config.alphas), model_val)
         tuned = read_through(head, tuned_fit.mapped, tokens, n[test])
         for lens, r in (("logit", logit), ("tuned", tuned)):
-            entry[lens] = {**readout_summary(r, n[test], tokens),
-                           "kl": float(np.mean(candidate_kl(model_test.first_logits, r.first_logits))),
-                           "answer_rank": float(np.mean(answer_rank(model_test.first_logits, r.first_logits)))}
-            lens_rows.extend({"location": names[i], "location_index": i, "lens": lens, "row": int(rows[t]),
-                              "n": int(n[t]), "logprob": float(r.logprob[j]), "rank": int(r.rank[j]),
-                              "expected": None if not np.isfinite(r.expected[j]) else float(r.expected[j])}
-                             for j, t in enumerate(test))
+            entry[lens] = lens_summary(r, model_test, n[test], tokens)
+            lens_rows.extend(lens_record(names[i], i, lens, r, j, rows[t], n[t]) for j, t in enumerate(test))
         entry["tuned"].update(alpha_rel=tuned_fit.alpha_rel, val_kl=tuned_fit.val_kl)
         entry["angles"], mine = _angles(head, tokens, acts[:, i], n, probes.get(names[i]) if probes else None,
                                         random)
@@ -274,11 +285,13 @@ def _run_lens(config: LensConfig, loaded: LoadedModel | None, progress: bool, po
     for r in angle_rows:
         r["token_text"] = number_tokens[r["token"]]["text"]
         r["token"] = number_tokens[r["token"]]["id"]
-    return LensResult(config.to_dict(), loaded.model_id, [int(k) for k in tokens.counts],
-                      [int(k) for k in tokens.counts[tokens.single]], number_tokens,
-                      {"seed": int(config.seed), "n_train": len(train), "n_val": len(val), "n_test": len(test)},
-                      {**readout_summary(model_test, n[test], tokens), "kl": 0.0}, locations, lens_rows, angle_rows,
-                      round(time.perf_counter() - started, 3), result_provenance(config))
+    return LensResult(
+        config=config.to_dict(), model=loaded.model_id, candidates=[int(k) for k in tokens.counts],
+        single_token=[int(k) for k in tokens.counts[tokens.single]], number_tokens=number_tokens,
+        split={"seed": int(config.seed), "n_train": len(train), "n_val": len(val), "n_test": len(test)},
+        model_readout={**readout_summary(model_test, n[test], tokens), "kl": 0.0}, locations=locations,
+        rows=lens_rows, angle_rows=angle_rows, seconds=round(time.perf_counter() - started, 3),
+        provenance=result_provenance(config))
 
 
 def _angles(head, tokens: FirstTokens, acts: np.ndarray, n: np.ndarray, probe: np.ndarray | None,
@@ -318,4 +331,5 @@ declare(Experiment(
 
 
 __all__ = ["LENSES", "TUNED_ALPHAS", "LENS_FRACTIONS", "LensConfig", "LensResult", "capture_settings",
-           "last_location", "candidate_counts", "preflight_lens", "probe_coefficients", "boundary_rows", "run_lens"]
+           "last_location", "candidate_counts", "preflight_lens", "probe_coefficients", "boundary_rows", "run_lens",
+           "lens_summary", "lens_record"]

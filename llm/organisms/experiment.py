@@ -418,6 +418,59 @@ def _to_cache(config: OrganismConfig, out: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+@dataclass
+class OrganismTrainer:
+    """The training state of an organism: the trained ``model``, its moving ``average`` (the organism), the
+    dead-weight ``masks`` and the ``optimiser``."""
+
+    model: Any
+    average: Any
+    masks: Any
+    optimiser: Any
+
+    @classmethod
+    def build(cls, plan: OrganismPlan) -> OrganismTrainer:
+        """A fresh organism of the plan's shape (seeded), its average, masks and optimiser."""
+        import torch
+
+        config, shape, live = plan.config, plan.shape, plan.config.live()
+        model = T.build_model(shape, live, config.seed)
+        average = copy.deepcopy(model)  # the organism: the trained weights' moving average
+        masks = T.dead_masks(model, shape, live)
+        # fused: one kernel for the whole update (the 49k-row embedding's included), 4x faster than the default
+        optimiser = torch.optim.AdamW(T.trained_parameters(model, shape), lr=config.lr, betas=(0.9, 0.98),
+                                      weight_decay=0.0, fused=True)
+        return cls(model, average, masks, optimiser)
+
+    def resume(self, checkpoint: Path) -> tuple[int, list, float]:
+        """Load the state kept in ``checkpoint``; its (step, curve, seconds)."""
+        import torch
+
+        state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+        self.model.load_state_dict(state["model"])
+        self.average.load_state_dict(state["average"])
+        self.optimiser.load_state_dict(state["optimiser"])
+        return int(state["step"]), list(state["curve"]), float(state["seconds"])
+
+    def step(self, plan: OrganismPlan, prompts: list, step: int) -> float:
+        """One optimiser step on the batch ``prompts`` at the learning rate of ``step``; its loss."""
+        import torch
+
+        config, model = plan.config, self.model
+        for group in self.optimiser.param_groups:
+            group["lr"] = learning_rate(config.lr, step, config.warmup, config.decay)
+        model.train()
+        loss = T.answer_loss(model, _rows(plan, prompts), plan.vocab)
+        self.optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        T.apply_masks(model, self.masks, grad=True)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        self.optimiser.step()
+        T.apply_masks(model, self.masks, grad=False)  # exact zeros, whatever the optimiser did
+        T.update_average(self.average, model, step)  # an average of zeros stays exactly zero
+        return float(loss.detach())
+
+
 def run_organism(config: OrganismConfig, *, out: str | os.PathLike, progress: bool = False,
                  reuse: bool = False, position: int | None = None) -> OrganismResult:
     """Train (or resume, or reuse) the organism of ``config`` in the folder ``out``; returns its result, also
@@ -425,7 +478,6 @@ def run_organism(config: OrganismConfig, *, out: str | os.PathLike, progress: bo
     run with ``reuse``) is copied from the countlens cache (:func:`cached_folder`) instead of trained, and a
     newly trained one is kept there. ``position``: the terminal line (a tqdm position) of the training bar of a
     worker process training beside others, labelled with ``L`` and seed and shown whatever ``progress`` says."""
-    import torch
     from tqdm.auto import tqdm
 
     plan = plan_organism(config, out, progress)
@@ -437,20 +489,8 @@ def run_organism(config: OrganismConfig, *, out: str | os.PathLike, progress: bo
             return cached
     out = plan.out
     out.mkdir(parents=True, exist_ok=True)
-    shape, live = plan.shape, config.live()
-    model = T.build_model(shape, live, config.seed)
-    average = copy.deepcopy(model)  # the organism: the trained weights' moving average
-    masks = T.dead_masks(model, shape, live)
-    # fused: one kernel for the whole update (the 49k-row embedding's included), 4x faster than the default
-    optimiser = torch.optim.AdamW(T.trained_parameters(model, shape), lr=config.lr, betas=(0.9, 0.98),
-                                  weight_decay=0.0, fused=True)
-    step, curve, seconds = 0, [], 0.0
-    if plan.resume is not None:
-        state = torch.load(plan.resume, map_location="cpu", weights_only=False)
-        model.load_state_dict(state["model"])
-        average.load_state_dict(state["average"])
-        optimiser.load_state_dict(state["optimiser"])
-        step, curve, seconds = int(state["step"]), list(state["curve"]), float(state["seconds"])
+    trainer = OrganismTrainer.build(plan)
+    step, curve, seconds = trainer.resume(plan.resume) if plan.resume is not None else (0, [], 0.0)
     stream = PromptStream(config, plan.tokenizer)
     accuracy = curve[-1]["held_out_accuracy"] if curve else 0.0
     losses: list[float] = []
@@ -460,30 +500,20 @@ def run_organism(config: OrganismConfig, *, out: str | os.PathLike, progress: bo
     with tqdm(**{"total": config.max_steps, "initial": step, "unit": "step", "desc": "organism",
                  "disable": not progress and position is None, **where}) as bar:
         while step < config.max_steps and accuracy < config.target_accuracy:
-            for group in optimiser.param_groups:
-                group["lr"] = learning_rate(config.lr, step, config.warmup, config.decay)
-            model.train()
-            loss = T.answer_loss(model, _rows(plan, stream.batch(step)), plan.vocab)
-            optimiser.zero_grad(set_to_none=True)
-            loss.backward()
-            T.apply_masks(model, masks, grad=True)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimiser.step()
-            T.apply_masks(model, masks, grad=False)  # exact zeros, whatever the optimiser did
-            T.update_average(average, model, step)  # an average of zeros stays exactly zero
-            losses.append(float(loss.detach()))
+            losses.append(trainer.step(plan, stream.batch(step), step))
             step += 1
             bar.update(1)
             if step % config.eval_every == 0 or step == config.max_steps:
-                accuracy = float(held_out_correct(average, plan).mean())
+                accuracy = float(held_out_correct(trainer.average, plan).mean())
                 seconds = time.perf_counter() - started
                 curve.append({"step": step, "loss": float(np.mean(losses)), "held_out_accuracy": accuracy,
                               "seconds": round(seconds, 3)})
                 losses = []
                 bar.set_postfix(loss=f"{curve[-1]['loss']:.3f}", held_out=f"{accuracy:.3f}")
-                _save_checkpoint(out / CHECKPOINT, model, average, optimiser, step, curve, seconds,
-                                 config.identity())
+                _save_checkpoint(out / CHECKPOINT, trainer.model, trainer.average, trainer.optimiser, step, curve,
+                                 seconds, config.identity())
     seconds = time.perf_counter() - started
+    average = trainer.average
     average.eval()
     _save_folder(average, plan.tokenizer, out)
     result = _result(average, plan, step, curve, seconds)
@@ -548,4 +578,4 @@ declare(Experiment(
 
 __all__ = ["HELD_OUT_SEED", "OrganismConfig", "OrganismResult", "OrganismPlan", "parse_live_heads", "heads_text",
            "answerable", "check_folder", "plan_organism", "PromptStream", "held_out_correct", "cached_folder", "run_organism",
-           "read_organism"]
+           "read_organism", "OrganismTrainer"]

@@ -398,10 +398,12 @@ def run_position_patching(config: PositionPatchingConfig, *, loaded: LoadedModel
     summary = summarise(results, locations)
     half = next(({k: loc[k] for k in ("name", "index", "label")} for loc in summary
                  if loc["boundary"] is not None and loc["boundary"] >= 0.5), None)
-    return PositionPatchingResult(
-        config.to_dict(), loaded.model_id, config.flip, locations, results, summary, unnormalised,
-        len(unnormalised), sum(len(p.positions) for p in results) * len(locations), runs,
-        round(time.perf_counter() - started, 3), result_provenance(config), half)
+    return PositionPatchingResult(config=config.to_dict(), model=loaded.model_id, flip=config.flip,
+                                  locations=locations, pairs=results, summary=summary,
+                                  unnormalised=unnormalised, n_unnormalised=len(unnormalised),
+                                  cells=sum(len(p.positions) for p in results) * len(locations), runs=runs,
+                                  seconds=round(time.perf_counter() - started, 3),
+                                  provenance=result_provenance(config), boundary_half=half)
 
 
 

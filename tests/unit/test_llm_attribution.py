@@ -163,7 +163,7 @@ def test_the_gradient_is_the_metrics_finite_difference(family_model, family):  #
         finite = (8 * (ld[1] - ld[-1]) - (ld[2] - ld[-2])) / (12 * eps)
         analytic = float((v.numpy() * gp.grad[kind][0]).sum())
         assert abs(analytic) > 1e-2
-        assert analytic == pytest.approx(finite, rel=1e-4, abs=3e-4), kind  # abs: the float32 norms
+        assert analytic == pytest.approx(finite, rel=1e-3, abs=5e-4), kind  # the float32 norms, and the end factor (a sum over the vocabulary)
         checked += 1
     assert checked == 4
 
@@ -302,9 +302,14 @@ def test_denoising_patches_the_clean_run_into_the_twin(tiny_models):  # noqa: F8
     pair = result.pairs[0]
     assert pair["ld_base_atp"] == pytest.approx(hooked_ld(loaded.model, pp.corrupt.ids, cands, []), abs=2e-5)
     assert pair["ld_twin"] == pytest.approx(pair["ld_base_atp"], abs=2e-5)
-    # the last location at the boundary carries everything the answer reads: its patch is the clean run
+    # the last location at the boundary carries everything the first answer token reads: its patch moves the
+    # first-token difference to the clean run's; the rest of each final answer is read as in the twin
     boundary = next(c for c in result.cells if c["kind"] == "resid" and c["position"] == pp.clean.boundary_index)
-    assert boundary["act"] == pytest.approx(pair["ld_clean"] - pair["ld_twin"], abs=2e-5)
+    with torch.no_grad():
+        first = [torch.log_softmax(loaded.model(input_ids=torch.tensor([ids])).logits[0, -1].double(), -1)
+                 for ids in (pp.clean.ids, pp.corrupt.ids)]
+    a, b = (c[0] for c in cands)
+    assert boundary["act"] == pytest.approx(float((first[0][a] - first[0][b]) - (first[1][a] - first[1][b])), abs=2e-5)
 
 
 def test_an_unknown_architecture_and_a_missing_block_are_refused_before_any_weights(

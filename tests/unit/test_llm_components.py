@@ -41,6 +41,16 @@ def settings(family: str, counts=(0, 2, 4)) -> PromptSettings:
                           template="plain" if family == "gpt-2" else "chat")
 
 
+@pytest.fixture
+def first_tokens(monkeypatch):
+    """Score each candidate by its tokens alone (no token continues a number), so that a patch of the boundary's
+    residual decides a one-token candidate's score by itself: the patch mechanism's exact limits. A final answer's
+    last factor is read at the next position, which attends to the prompt's other positions as well."""
+    from countlens.llm import answers
+
+    monkeypatch.setattr(answers, "number_continuations", lambda tokenizer: np.zeros(0, dtype=np.int64))
+
+
 def plain_logits(model, prompt) -> np.ndarray:
     """The boundary's next-token logits (V,) of one unpadded prompt, from a forward with no hook at all."""
     with torch.no_grad():
@@ -239,7 +249,7 @@ def test_bad_input_is_one_line_before_the_model_loads(tmp_path, capsys, smollm2_
 
 @pytest.mark.parametrize("family", ["llama-3", "gemma-2", "olmo-2"])
 def test_patching_the_clean_writes_into_the_twin_is_the_clean_run_and_no_patch_is_the_plain_forward(
-        family_model, family):  # noqa: F811
+        family_model, family, first_tokens):  # noqa: F811
     from countlens.llm.components.ablation import boundary_write_setter, patched_step_scores
     from countlens.llm.heads.attention import head_setter
 
@@ -324,7 +334,7 @@ def plain_scores(model, prompt, candidates) -> np.ndarray:
 
 @pytest.mark.parametrize("family", ["llama-3", "gemma-2", "olmo-2"])
 def test_patching_every_twin_component_at_every_position_is_the_twin_and_nothing_is_the_clean_run(
-        family_model, family):  # noqa: F811
+        family_model, family, first_tokens):  # noqa: F811
     from countlens.llm.components.ablation import component_scores, component_setter, site_values
 
     loaded = loaded_with_random_norms(family_model(family))

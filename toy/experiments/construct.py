@@ -81,7 +81,7 @@ def run_construct(config: ConstructConfig, progress: bool = False) -> ConstructR
         built = best_construction(c.variant, c.L, c.d, tau=c.tau)
     except ValueError as exc:  # bare pre-LN between its constructed and its proven bound
         raise UsageError(str(exc)) from None
-    return ConstructResult(built.to_dict(), result_provenance(c))
+    return ConstructResult(params=built.to_dict(), provenance=result_provenance(c))
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,8 @@ def run_check(config: CheckConfig, progress: bool = False) -> CheckFileResult:
     with about("params"):
         file = read_params(read_json(config.params, "parameter file"), L=config.L)
     res = full_domain_check(file.cfg, file.params, L=config.L)
-    return CheckFileResult(res.to_dict(), file.cfg.variant, file.cfg.d, file.cfg.tau, result_provenance(config))
+    return CheckFileResult(check=res.to_dict(), variant=file.cfg.variant, d=file.cfg.d, tau=file.cfg.tau,
+                           provenance=result_provenance(config))
 
 
 @dataclass(frozen=True)
@@ -187,7 +188,7 @@ def run_constructions(config: ConstructionsConfig, progress: bool = False) -> Co
         for one in config.configs():
             built.append(run_construct(one))
             bar.update(1)
-    return ConstructionsResult(built, result_provenance(config))
+    return ConstructionsResult(constructions=built, provenance=result_provenance(config))
 
 
 # The variants the toy-vs-LLM comparison reads, constructed at the comparison's sizes.

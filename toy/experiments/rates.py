@@ -85,7 +85,7 @@ def run_rates(config: RatesConfig, progress: bool = False) -> RatesResult:
     c = config
     with progress_bar(len(c.L) * len(c.variants), "rates", progress) as bar:
         fits = fit_rates(c.d, list(c.L), c.variants, tau=c.tau, progress=lambda v, L: bar.update(1))
-    return RatesResult(fits.d, fits.tau, fits.variants, result_provenance(c))
+    return RatesResult(d=fits.d, tau=fits.tau, variants=fits.variants, provenance=result_provenance(c))
 
 
 @dataclass(frozen=True)

@@ -212,7 +212,8 @@ def run_table3(config: Table3Config, progress: bool = False, cache: ResultCache 
                            "parametrization": list(c.attained_parametrization),
                            "working_set": c.attained_working_set, "check_every": c.attained_check_every,
                            "patience": c.attained_patience}
-    return Table3Result(c.d, tau, variants, attained_config, result_provenance(c))
+    return Table3Result(d=c.d, tau=tau, variants=variants, attained_config=attained_config,
+                        provenance=result_provenance(c))
 
 
 
