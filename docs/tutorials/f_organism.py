@@ -41,6 +41,6 @@ print("\n".join(checks_text(checks)))
 # answer here would be reading something that is not in the model.
 
 # %%
-dead = [c for c in checks.checks if "zeroed" in c.name or "dead" in c.name]
+dead = [c for c in checks.checks if "zeroed" in c["name"] or "dead" in c["name"]]
 for c in dead:
-    print(c.name, c.value, c.holds, c.bound, "passed" if c.passed else "FAILED")
+    print(c["name"], c["value"], c["holds"], c["bound"], "passed" if c["passed"] else "FAILED")

@@ -82,7 +82,7 @@ def das_view(page: Page, s: Section) -> None:
         "built from held-out prompts. IIA: the intervened greedy first answer token is the source count's; shift: "
         "the expected count's move toward the source, (E[n | interchange] − E[n | base]) / (n_s − n_b). Controls "
         "on the same pairs: a random subspace of the same rank, the ridge probe's and the mean difference's "
-        "directions as rank-1 subspaces, DAS on the random-initialised model. The base runs answer their own "
+        "directions as subspaces of rank one, DAS on the random-initialised model. The base runs answer their own "
         f"count's first token on {page.v(rel, 'clean_accuracy')} of the held-out prompts.")
     keys = ("iia", "shift", "iia_random", "iia_probe", "iia_mean_diff", "iia_random_model", "angle_probe_deg")
     rows = [[page.v(rel, "rows", i, "location"), page.v(rel, "rows", i, "rank")]

@@ -230,7 +230,8 @@ def test_tasks_side_by_side_against_their_captures(report):
     # --tasks; each task's own report says what it ran)
     for folder in ("repeat-separator-comma", "repeat-separator-space"):
         sub = json.loads((out / TASKS_DIR / folder / "reproduce.json").read_text())
-        assert {s["stage"] for s in sub["stages"] if s["status"] == "done"} == {"capture", "geometry", "probe", "lens"}
+        assert {s["stage"] for s in sub["stages"] if s["status"] == "done"} == {"capture", "geometry", "probe", "lens",
+                                                                               "manifold"}
     tasks = json.loads((out / TASKS_DIR / "tasks.json").read_text())
     assert [t["task"] for t in tasks["tasks"]] == ["lists", "repeat:separator=comma", "repeat:separator=space"]
     for t in tasks["tasks"]:

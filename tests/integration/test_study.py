@@ -106,7 +106,7 @@ def test_study_task_is_each_models_task_and_part_of_its_resume_key(tmp_path, mon
     from countlens.pipeline.reproduce import build_stages
 
     planned = []
-    monkeypatch.setattr(study, "run_study", lambda config, out, ray=None: (planned.append(config) or
+    monkeypatch.setattr(study, "run_study", lambda config, out, ray=None, progress=True: (planned.append(config) or
                                                                            (study.StudyResult({}, []), {})))
     model = "default"  # nothing is loaded: run_study is replaced, the configs are only built
     assert _study(tmp_path / "s", [model], "--task", "repeat:separator=comma", "--where") == 0

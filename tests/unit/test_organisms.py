@@ -627,7 +627,9 @@ def test_scaling_trains_one_head_organisms_and_sets_them_beside_the_toy(scaled):
         assert (own.n_layers, own.n_heads, own.mlp_width) == (1, 1, 0) and own.converged
         assert r["largest_parameter_norm"] == own.largest_parameter_norm
         assert r["held_out_min_count"] == min(h["accuracy"] for h in own.held_out)
-        assert r["probe_norm"] is not None and r["probe_norm"] > 0
+        # a linear read-out need not round these organisms' count exactly (definitions §3.4); whether one does at
+        # L = 3, 4 depends on the CPU's training path, so only the cost's form is asserted here
+        assert (r["probe_norm"] is None or r["probe_norm"] > 0) and 0 <= r["probe_best_acc"] <= 1
         assert np.isfinite(r["gap_ratio"]) and np.isfinite(r["erank_ratio"]) and 0 <= r["endpoint_angle"] <= np.pi
     toy = [r for r in result.rows if r["kind"] == "toy"]
     assert [r["largest_parameter_norm"] for r in toy] == [b_min(TOY_VARIANT, L, 16) for L in (3, 4)]
