@@ -24,8 +24,8 @@ answer became a distribution over counts, :data:`DISTRIBUTION_COLUMNS`
 
     answer_text, answer, answer_logprob
                     the greedy answer's text, its parsed integer (null when it does not parse), and the
-                    correct answer's teacher-forced log-probability (nats)
-    answer_logprobs the teacher-forced log-probability of every candidate count (a list per row; the
+                    log-probability of the correct count as the final answer (nats; docs/definitions.md §2.9)
+    answer_logprobs the log-probability of every candidate count as the final answer (a list per row; the
                     candidates ``meta["answer_candidates"]`` are the capture's ``min(counts)..max(counts)``)
     answer_expected Σ k p(k), p normalised over the candidates
     answer_rank     rank of the correct count among the candidates (1 = the most likely)
