@@ -1,5 +1,5 @@
 """The count manifold: the shape of the centroid curve ``c(n)`` at one location, and how near it lies to each
-toy variant's boundary curve (docs/definitions.md, "Count manifold"; SPEC §4).
+toy variant's boundary curve (docs/definitions.md §2.17, "The count manifold").
 
 Pure functions of arrays (the toy curves aside: :func:`toy_curves` builds the toy's checked constructions).
 A *curve* is ``counts`` (k,) — sorted distinct counts — and ``C`` (k, d): row ``j`` the centroid of count

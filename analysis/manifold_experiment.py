@@ -5,7 +5,7 @@ docs/definitions.md, "Count manifold".
 
 Per location, from the boundary vectors of a capture (every prompt one row):
 
-- the metrics of SPEC §4 on the raw centroids ``c(n)`` (mean over the prompts of count n, for every count
+- the metrics of docs/definitions.md §2.17 on the raw centroids ``c(n)`` (mean over the prompts of count n, for every count
   present, in count order), and the Procrustes distance to each toy variant's letter-free curve ``h(n, 0)``
   at the same counts (its checked construction for ``L`` = the largest count), the nearest named;
 - **the noise floor**: every metric again with the count labels shuffled among the prompts of each seed

@@ -5,7 +5,7 @@ One prompt pass (left-padded, so every row's boundary is the last position) yiel
 the KV cache; the answer then costs ``answer_tokens`` single-token decode steps, and every teacher-forced
 answer one more short forward over its tokens — never another prompt pass.
 
-**Final answers** (``docs/definitions.md`` §2, ``SPEC`` §3), the one mechanism every answer read-out uses (the
+**Final answers** (``docs/definitions.md`` §2.9), the one mechanism every answer read-out uses (the
 correct answer's log-probability, the distribution over counts, ranks, patching's and steering's logit
 differences): a candidate is a count's answer string as tokens, without an end-of-turn token (so any
 vocabulary's number splitting works: "42" may be one token or two), and its probability is that of the model's
@@ -206,6 +206,7 @@ def _feeds(candidates: Sequence[Sequence[int]]) -> tuple[list[tuple[int, ...]], 
 
 
 _CONTINUATIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> continuation ids
+_DIGITS = frozenset("0123456789")
 
 
 def number_continuations(tokenizer) -> np.ndarray:
@@ -223,9 +224,6 @@ def number_continuations(tokenizer) -> np.ndarray:
                    dtype=np.int64)
     _CONTINUATIONS[tokenizer] = ids
     return ids
-
-
-_DIGITS = frozenset("0123456789")
 
 
 def continuation_mask(model, vocabulary: int, device, continuation=None):
