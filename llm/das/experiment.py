@@ -1,6 +1,6 @@
 """The causal count subspace (distributed alignment search, DAS): a :class:`DasConfig` in, a :class:`DasResult`
-out (``das.json``, ``das.csv`` and ``subspaces.npz``). Definitions: docs/definitions.md, "The causal count
-subspace"; ``SPEC`` §4.
+out (``das.json``, ``das.csv`` and ``subspaces.npz``). Definitions: docs/definitions.md §2.18, "The causal count
+subspace".
 
 Per residual location at the boundary and per rank k, an orthonormal R (d, k) is learned so that the interchange
 ``h_base ← h_base + R Rᵀ (h_source − h_base)`` makes the model answer the source prompt's count
