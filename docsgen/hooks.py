@@ -87,8 +87,14 @@ def api_tree() -> Path:
     return API_TREE
 
 
-def on_config(config):
+def on_startup(command, dirty):
+    """Build the API tree before any plugin reads its configuration: mkdocstrings-python globs its ``paths``
+    when its handler starts, and drops a path that does not exist yet (a fresh clone has no ``build/``)."""
     api_tree()
+
+
+def on_config(config):
+    api_tree()  # also here for ``mkdocs serve``'s rebuilds, which run on_config again but not on_startup
     return config
 
 
