@@ -125,75 +125,15 @@ def plot_compare(result):
     k = len(rows)
     fig = plt.figure(figsize=(max(2.6 * k, 11.5), 7.4), layout="constrained")
     top_fig, bottom_fig = fig.subfigures(2, 1, height_ratios=[1.0, 1.25])
-    c_lo = min(min(r["pca"]["counts"]) for r in rows)
-    c_hi = max(max(r["pca"]["counts"]) for r in rows)
-    pca_axes = top_fig.subplots(1, k, squeeze=False)[0]
-    sc = None
-    for ax, row in zip(pca_axes, rows, strict=True):
-        coords = np.asarray(row["pca"]["coords"], dtype=float)
-        ev = row["pca"]["explained_variance_ratio"]
-        sc = ax.scatter(coords[:, 0], coords[:, 1], c=row["pca"]["counts"], cmap="viridis", vmin=c_lo, vmax=c_hi,
-                        s=8)
-        ax.plot(coords[:, 0], coords[:, 1], color="0.7", lw=0.5, zorder=0)
-        ax.set_title(row["label"], fontsize=8, color="tab:orange" if row["kind"] == "toy" else "tab:purple")
-        order = floor_text("PC1 order |ρ|", (row.get("floors") or {}).get("count_order"))
-        if order:
-            ax.text(0.02, 0.98, order.replace(" (", "\n("), transform=ax.transAxes, va="top", fontsize=5,
-                    color="0.2")
-        ax.set_xlabel(f"PC1 ({100 * ev[0]:.0f}%)", fontsize=7)
-        ax.set_ylabel(f"PC2 ({100 * ev[1]:.0f}%)", fontsize=7)
-        ax.tick_params(labelsize=6)
-    top_fig.colorbar(sc, ax=list(pca_axes), label="count $n$", shrink=0.9)
-    a0, a1 = result.arc_counts
-    lo, hi = result.low_window, result.high_window
+    _compare_pca(top_fig, rows)
+    metrics = _compare_metrics(result)
     alphas = [a for a in result.probe.get("rel_alphas", []) if a > 0]
     tried = (rf"$\alpha_{{\rm rel}}$ = 0 and {min(alphas):.0e}…{max(alphas):.0e}" if alphas
              else "the ridge path")
-    metrics = (("gap_ratio", "gap ratio (pooled)", rf"gap ratio: counts ${hi[0]}$–${hi[1]}$ / ${lo[0]}$–${lo[1]}$"),
-               ("erank_ratio", "eff.-rank ratio (pooled)", "effective-rank ratio, high / low window"),
-               ("arc_angle", "endpoint angle", rf"$\angle(c_{{{a0}}}, c_{{{a1}}})$ from the origin (rad)"),
-               ("probe_norm", "probe norm for exact counting",
-                r"native $\|w\|_2$ of the smallest ridge probe" "\n" r"exact on validation rows"))
-    labels = [r["label"] for r in rows]
-    colours = ["tab:orange" if r["kind"] == "toy" else "tab:purple" for r in rows]
-    y = np.arange(k)
     metric_axes = bottom_fig.subplots(1, len(metrics))
     for ax, (key, title, xlabel) in zip(metric_axes, metrics, strict=True):
-        vals = np.array([np.nan if r[key] is None else float(r[key]) for r in rows])
-        finite = np.isfinite(vals)
-        ax.barh(y[finite], vals[finite], color=[c for c, f in zip(colours, finite, strict=True) if f], height=0.6)
-        ax.scatter(vals[finite], y[finite], marker="|", s=120, color="black", zorder=3)  # a zero stays visible
-        for yi, v in zip(y[finite], vals[finite], strict=True):
-            ax.annotate("0" if v == 0 else f"{v:.3g}", (v, yi), xytext=(4, 0), textcoords="offset points",
-                        va="center", fontsize=6)
-        ax.axvline(0.0, color="0.3", lw=0.8)
-        if key == "probe_norm":  # the toy's own (checked) read-out norm, for reference
-            own = np.array([np.nan if r.get("readout_norm") is None else float(r["readout_norm"]) for r in rows])
-            if np.any(np.isfinite(own)):
-                ax.plot(own, y, "kx", ms=6, label="toy's own read-out")
-                ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.32), frameon=False)
-        for yi, row, ok in zip(y, rows, finite, strict=True):
-            if ok:
-                continue
-            text = "n/a"
-            if key == "probe_norm":
-                text = f"not reached: {tried}\nbest test acc {float(row['probe_best_acc']):.3g}"
-            ax.text(0.02, yi, text, va="center", fontsize=6, transform=ax.get_yaxis_transform(), color="0.3")
-        if key in ("gap_ratio", "erank_ratio"):
-            ax.axvline(1.0, color="0.4", ls="--", lw=1)
-            for yi, row in zip(y, rows, strict=True):  # the shuffled-label floor: mean ± 3 std, grey
-                f = (row.get("floors") or {}).get(key)
-                if f is not None and np.isfinite(float(f["shuffled_mean"])):
-                    m, sd = float(f["shuffled_mean"]), float(f["shuffled_std"])
-                    ax.errorbar(m, yi + 0.3, xerr=3 * sd if np.isfinite(sd) else None, fmt="o", ms=2.5,
-                                color="0.35", lw=0.8, capsize=2, zorder=4)
-                    vals = np.append(vals, m + 3 * sd if np.isfinite(sd) else m)
-        shown = np.concatenate([vals[np.isfinite(vals)], [0.0]])
-        if key == "probe_norm":
-            shown = np.concatenate([shown, [float(r["readout_norm"]) for r in rows if r.get("readout_norm")]])
-        ax.set_xlim(0.0, float(np.max(shown)) * 1.2 or 1.0)
-        ax.set_ylim(k - 0.5, -0.5)  # first row on top
-        ax.set_yticks(y, labels if ax is metric_axes[0] else [], fontsize=7)
+        _metric_panel(ax, key, rows, tried)
+        ax.set_yticks(np.arange(k), [r["label"] for r in rows] if ax is metric_axes[0] else [], fontsize=7)
         ax.set_title(title, fontsize=9)
         ax.set_xlabel(xlabel, fontsize=7)
         ax.tick_params(axis="x", labelsize=7)
@@ -203,6 +143,109 @@ def plot_compare(result):
                     ha="center", va="bottom", fontsize=7, color="0.3")
     fig.suptitle("Toy (orange) vs LLM (purple): count geometry and probe cost", fontsize=10)
     return fig
+
+
+def _source_colour(row: dict) -> str:
+    """A comparison source's colour: orange for a toy, purple for an LLM."""
+    return "tab:orange" if row["kind"] == "toy" else "tab:purple"
+
+
+def _compare_pca(top_fig, rows: list[dict]) -> None:
+    """The top row of :func:`plot_compare`: each source's centroid PCA, one count colour scale over all."""
+    c_lo = min(min(r["pca"]["counts"]) for r in rows)
+    c_hi = max(max(r["pca"]["counts"]) for r in rows)
+    pca_axes = top_fig.subplots(1, len(rows), squeeze=False)[0]
+    sc = None
+    for ax, row in zip(pca_axes, rows, strict=True):
+        coords = np.asarray(row["pca"]["coords"], dtype=float)
+        ev = row["pca"]["explained_variance_ratio"]
+        sc = ax.scatter(coords[:, 0], coords[:, 1], c=row["pca"]["counts"], cmap="viridis", vmin=c_lo, vmax=c_hi,
+                        s=8)
+        ax.plot(coords[:, 0], coords[:, 1], color="0.7", lw=0.5, zorder=0)
+        ax.set_title(row["label"], fontsize=8, color=_source_colour(row))
+        order = floor_text("PC1 order |ρ|", (row.get("floors") or {}).get("count_order"))
+        if order:
+            ax.text(0.02, 0.98, order.replace(" (", "\n("), transform=ax.transAxes, va="top", fontsize=5,
+                    color="0.2")
+        ax.set_xlabel(f"PC1 ({100 * ev[0]:.0f}%)", fontsize=7)
+        ax.set_ylabel(f"PC2 ({100 * ev[1]:.0f}%)", fontsize=7)
+        ax.tick_params(labelsize=6)
+    top_fig.colorbar(sc, ax=list(pca_axes), label="count $n$", shrink=0.9)
+
+
+def _compare_metrics(result) -> tuple[tuple[str, str, str], ...]:
+    """The bottom row's metrics: (row key, panel title, x label) each."""
+    a0, a1 = result.arc_counts
+    lo, hi = result.low_window, result.high_window
+    return (("gap_ratio", "gap ratio (pooled)", rf"gap ratio: counts ${hi[0]}$–${hi[1]}$ / ${lo[0]}$–${lo[1]}$"),
+            ("erank_ratio", "eff.-rank ratio (pooled)", "effective-rank ratio, high / low window"),
+            ("arc_angle", "endpoint angle", rf"$\angle(c_{{{a0}}}, c_{{{a1}}})$ from the origin (rad)"),
+            ("probe_norm", "probe norm for exact counting",
+             r"native $\|w\|_2$ of the smallest ridge probe" "\n" r"exact on validation rows"))
+
+
+def _metric_panel(ax, key: str, rows: list[dict], tried: str) -> None:
+    """One metric ``key`` of every source as a horizontal bar (the first source on top): its value marked and
+    written, a note where it is missing (``tried``: the ridge path, for an unreached probe norm), the toy's own
+    read-out norm beside the probe norm, the shuffled-label floor beside a ratio."""
+    y = np.arange(len(rows))
+    vals = np.array([np.nan if r[key] is None else float(r[key]) for r in rows])
+    finite = np.isfinite(vals)
+    _metric_bars(ax, vals, y, [_source_colour(r) for r in rows])
+    if key == "probe_norm":  # the toy's own (checked) read-out norm, for reference
+        _own_readout(ax, rows, y)
+    _missing_notes(ax, key, rows, finite, y, tried)
+    if key in ("gap_ratio", "erank_ratio"):
+        vals = _ratio_floors(ax, key, rows, y, vals)
+    shown = np.concatenate([vals[np.isfinite(vals)], [0.0]])
+    if key == "probe_norm":
+        shown = np.concatenate([shown, [float(r["readout_norm"]) for r in rows if r.get("readout_norm")]])
+    ax.set_xlim(0.0, float(np.max(shown)) * 1.2 or 1.0)
+    ax.set_ylim(len(rows) - 0.5, -0.5)  # first row on top
+
+
+def _metric_bars(ax, vals: np.ndarray, y: np.ndarray, colours: list[str]) -> None:
+    """The finite values ``vals`` as bars at ``y``, each end marked (a zero stays visible) and written."""
+    finite = np.isfinite(vals)
+    ax.barh(y[finite], vals[finite], color=[c for c, f in zip(colours, finite, strict=True) if f], height=0.6)
+    ax.scatter(vals[finite], y[finite], marker="|", s=120, color="black", zorder=3)  # a zero stays visible
+    for yi, v in zip(y[finite], vals[finite], strict=True):
+        ax.annotate("0" if v == 0 else f"{v:.3g}", (v, yi), xytext=(4, 0), textcoords="offset points",
+                    va="center", fontsize=6)
+    ax.axvline(0.0, color="0.3", lw=0.8)
+
+
+def _own_readout(ax, rows: list[dict], y: np.ndarray) -> None:
+    """The toy's own (checked) read-out norm as crosses beside the probe norms, with a legend below."""
+    own = np.array([np.nan if r.get("readout_norm") is None else float(r["readout_norm"]) for r in rows])
+    if np.any(np.isfinite(own)):
+        ax.plot(own, y, "kx", ms=6, label="toy's own read-out")
+        ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.32), frameon=False)
+
+
+def _missing_notes(ax, key: str, rows: list[dict], finite: np.ndarray, y: np.ndarray, tried: str) -> None:
+    """``n/a`` where a source has no value; for the probe norm, the path tried and the best test accuracy."""
+    for yi, row, ok in zip(y, rows, finite, strict=True):
+        if ok:
+            continue
+        text = "n/a"
+        if key == "probe_norm":
+            text = f"not reached: {tried}\nbest test acc {float(row['probe_best_acc']):.3g}"
+        ax.text(0.02, yi, text, va="center", fontsize=6, transform=ax.get_yaxis_transform(), color="0.3")
+
+
+def _ratio_floors(ax, key: str, rows: list[dict], y: np.ndarray, vals: np.ndarray) -> np.ndarray:
+    """A ratio's line at 1 and each source's shuffled-label floor (mean ± 3 std, grey) just below its bar;
+    ``vals`` with each floor's upper end appended (the panel's x range must hold them)."""
+    ax.axvline(1.0, color="0.4", ls="--", lw=1)
+    for yi, row in zip(y, rows, strict=True):
+        f = (row.get("floors") or {}).get(key)
+        if f is not None and np.isfinite(float(f["shuffled_mean"])):
+            m, sd = float(f["shuffled_mean"]), float(f["shuffled_std"])
+            ax.errorbar(m, yi + 0.3, xerr=3 * sd if np.isfinite(sd) else None, fmt="o", ms=2.5,
+                        color="0.35", lw=0.8, capsize=2, zorder=4)
+            vals = np.append(vals, m + 3 * sd if np.isfinite(sd) else m)
+    return vals
 
 
 def draw_geometry(result, folder: str | os.PathLike) -> list[Path]:
@@ -297,29 +340,43 @@ def geometry_view(page: Page, s: Section) -> None:
 def compare_view(page: Page, s: Section) -> None:
     """The report's table for a :class:`~countlens.analysis.experiments.CompareResult` (``s.result``)."""
     rel = s.rel
-    rows = []
-    for i, r in enumerate(s.result.rows):
-        row = ("rows", i)
-        if r.get("probe_norm") is not None:
-            probe = (f"{page.v(rel, *row, 'probe_norm')} (test accuracy "
-                     f"{page.v_or_dash(rel, *row, 'probe_norm_test_acc')})")
-        else:
-            probe = "not reached on the grid"
-        own = (f"{page.v(rel, *row, 'readout_norm')} (passes the check: {page.v_or_dash(rel, *row, 'readout_passed')})"
-               if r.get("readout_norm") is not None else "—")
-        rows.append([page.v(rel, *row, "label"), page.v(rel, *row, "kind"), page.v(rel, *row, "gap_ratio"),
-                     _floor_cell(page, rel, *row, "floors", "gap_ratio"),
-                     page.v(rel, *row, "erank_ratio"), _floor_cell(page, rel, *row, "floors", "erank_ratio"),
-                     page.v_or_dash(rel, *row, "pca", "count_order"),
-                     _floor_cell(page, rel, *row, "floors", "count_order"), page.v(rel, *row, "arc_angle"),
-                     page.v_or_dash(rel, *row, "probe_best_acc"), page.v_or_dash(rel, *row, "probe_norm_at_best"),
-                     probe, own])
+    rows = [_compare_cells(page, rel, i, r) for i, r in enumerate(s.result.rows)]
     page.add(table(["source", "kind", "gap ratio, pooled", "its shuffled-label floor", "effective-rank ratio, pooled",
                     "its shuffled-label floor", "PCA: count order along the first axis, |ρ|",
                     "its shuffled-label floor",
                     "endpoint angle (rad)",
                     "probe test accuracy (validation-selected α)", "its native norm",
                     "smallest native norm exact on validation rows", "toy's own read-out norm"], rows, left=2))
+    _compare_captions(page, rel)
+    _compare_floors(page, rel, s.result.rows)
+    closest = "".join(f"<li>{page.k(rel, 'closest_toy', k)} resembles toy {page.v(rel, 'closest_toy', k)}</li>"
+                      for k in s.result.closest_toy())
+    if closest:
+        page.add(f"<p>Nearest toy by gap and effective-rank ratios:</p><ul>{closest}</ul>")
+
+
+def _compare_cells(page: Page, rel: str, i: int, r: dict) -> list[str]:
+    """The table cells of the comparison's source ``i`` (``r``: its row)."""
+    row = ("rows", i)
+    if r.get("probe_norm") is not None:
+        probe = (f"{page.v(rel, *row, 'probe_norm')} (test accuracy "
+                 f"{page.v_or_dash(rel, *row, 'probe_norm_test_acc')})")
+    else:
+        probe = "not reached on the grid"
+    own = (f"{page.v(rel, *row, 'readout_norm')} (passes the check: {page.v_or_dash(rel, *row, 'readout_passed')})"
+           if r.get("readout_norm") is not None else "—")
+    return [page.v(rel, *row, "label"), page.v(rel, *row, "kind"), page.v(rel, *row, "gap_ratio"),
+            _floor_cell(page, rel, *row, "floors", "gap_ratio"),
+            page.v(rel, *row, "erank_ratio"), _floor_cell(page, rel, *row, "floors", "erank_ratio"),
+            page.v_or_dash(rel, *row, "pca", "count_order"),
+            _floor_cell(page, rel, *row, "floors", "count_order"), page.v(rel, *row, "arc_angle"),
+            page.v_or_dash(rel, *row, "probe_best_acc"), page.v_or_dash(rel, *row, "probe_norm_at_best"),
+            probe, own]
+
+
+def _compare_captions(page: Page, rel: str) -> None:
+    """What the comparison's ratios, endpoint angle and probes are, and why the toy's panels differ from
+    Figure 1's."""
     fractions = (f" (train / validation / test {page.v(rel, 'probe', 'fractions', 0)} / "
                  f"{page.v(rel, 'probe', 'fractions', 1)} / {page.v(rel, 'probe', 'fractions', 2)}, split seed "
                  f"{page.v(rel, 'probe', 'split_seed')})" if page.has(rel, "probe", "fractions") else "")
@@ -337,8 +394,13 @@ def compare_view(page: Page, s: Section) -> None:
         "the toy panels need not look like Figure 1's letter-free slice (linear and softmax zig-zag where the "
         "distractors move the centroid); the learned post-LN construction reads its arc through a gain with "
         "one non-zero coordinate, so its h lies on a line (endpoint angle zero).")
+
+
+def _compare_floors(page: Page, rel: str, rows: list[dict]) -> None:
+    """Per source (``rows``: the comparison's), whether each ratio and the PCA count order stand above their
+    shuffled-label floors, with what a floor says (nothing where no source has floors)."""
     verdicts = []
-    for i, r in enumerate(s.result.rows):
+    for i, r in enumerate(rows):
         floors = r.get("floors") or {}
         if not floors:
             continue
@@ -356,10 +418,6 @@ def compare_view(page: Page, s: Section) -> None:
             "noise-free, so its floor only says what a count-blind centroid set of the same sizes would give; "
             "an LLM value within its floor is the prompts' variation, and its match to a toy says nothing.")
         page.add(f"<ul>{''.join(verdicts)}</ul>")
-    closest = "".join(f"<li>{page.k(rel, 'closest_toy', k)} resembles toy {page.v(rel, 'closest_toy', k)}</li>"
-                      for k in s.result.closest_toy())
-    if closest:
-        page.add(f"<p>Nearest toy by gap and effective-rank ratios:</p><ul>{closest}</ul>")
 
 
 __all__ = ["plot_figure5", "plot_figure6", "floor_text", "plot_pca_panels", "plot_compare", "draw_geometry", "draw_compare",

@@ -20,9 +20,9 @@ from countlens.core.args import (
     config_values,
     numbers_text,
     parse_float_list,
-    parse_int_list,
 )
 from countlens.core.errors import ConfigError, UsageError, about, literal
+from countlens.core.fields import field_doc
 from countlens.core.io import read_json
 
 _RUN_DESCRIPTION = """\
@@ -68,25 +68,50 @@ def _alphas(text: str | None, default) -> tuple[float, ...]:
 
 def _probe_options(grid, values) -> dict[str, Option]:
     """How ``probe`` writes the settings whose text is its own: the α grid as ``lo:hi:count`` (``grid``, whose
-    values are ``values``), the split as ``--split``."""
-    return {"alphas": Option("alphas", parse=lambda text, field: _alphas(text, ()),
+    values are ``values``), the split as ``--split``; with the rules both probe configs check them by
+    (:data:`~countlens.probes.probe.COMMON_FIELDS`)."""
+    from countlens.probes.probe import COMMON_FIELDS
+
+    return {"alphas": Option("alphas", parse=lambda text, field: _alphas(text, ()), rule=COMMON_FIELDS["alphas"],
                              text=lambda v: _grid_text(grid) if tuple(v) == tuple(values) else numbers_text(v)),
-            "fractions": Option("fractions", alias="--split", text=numbers_text,
+            "seeds": Option("seeds", rule=COMMON_FIELDS["seeds"]),
+            "fractions": Option("fractions", alias="--split", text=numbers_text, rule=COMMON_FIELDS["fractions"],
                                 parse=lambda text, field: tuple(parse_float_list(text, field)))}
 
 
+# How the probe commands word what their configs leave undocumented or say otherwise.
+_STANDARDIZE = Option("standardize", alias="--no-standardize",
+                      help="fit on raw activations instead of per-dimension z-scores (default: standardise)")
+_BLAS_HELP = ("BLAS threads for each location's decompositions, 0 = the process default (BENCHMARKS.md measures "
+              "why one)")
+_CLASSIFIER_C = Option("classifier_C", default=(1.0,), help="inverse L2 strength of that classifier, or a comma "
+                                                            "list chosen on validation accuracy")
+_LOCATION = Option("location", help="name or index (default: the output of the first block; 'h' for the toy)")
+
+
 def register(subparsers) -> None:
-    from countlens.probes.probe import DEFAULT_BLAS_THREADS, DEFAULT_SEEDS, ProbeConfig
-    from countlens.probes.ridge import DEFAULT_ALPHA_GRID, DEFAULT_ALPHAS
-    from countlens.probes.splits import DEFAULT_FRACTIONS
+    """Add ``probe`` and its subcommands ``sweep``, ``toy-acts`` and ``redraw`` to ``subparsers``."""
+    from countlens.probes.ridge import DEFAULT_ALPHA_GRID
     from countlens.probes.sweep import DEFAULT_SWEEP_ALPHA_GRID
 
-    seeds_text = ",".join(map(str, DEFAULT_SEEDS))
-    split_text = ",".join(f"{f:g}" for f in DEFAULT_FRACTIONS)
     grids = textwrap.fill(f"The two default grids differ on purpose: the probes choose alpha on validation over "
              f"{_grid_text(DEFAULT_ALPHA_GRID)} ({DEFAULT_ALPHA_GRID[2]} values; stronger penalties are never "
              f"selected), the sweep draws the whole trade-off over {_grid_text(DEFAULT_SWEEP_ALPHA_GRID)} "
              f"({DEFAULT_SWEEP_ALPHA_GRID[2]} values), down to probes shrunk to almost zero norm.", 100)
+    parser = _probe_parser(subparsers, grids)
+    sub = parser.add_subparsers(dest="probe_command", metavar="{sweep,toy-acts,redraw}",
+                                parser_class=type(parser))
+    _sweep_parser(sub, parser.prog, grids)
+    _toy_acts_parser(sub, parser.prog)
+    _redraw_parser(sub, parser.prog)
+
+
+def _probe_parser(subparsers, grids: str) -> argparse.ArgumentParser:
+    """``countlens probe``: its inputs, then its options derived from :class:`ProbeConfig`'s fields, left
+    ``None`` unless given (so that ``probe --seeds 0 sweep ...`` reaches the sweep)."""
+    from countlens.probes.probe import ProbeConfig
+    from countlens.probes.ridge import DEFAULT_ALPHA_GRID, DEFAULT_ALPHAS
+
     parser = subparsers.add_parser("probe", help="ridge probes of the count per location, and of the count at every item (Figures 7, 8 and 10)",
                                    description=f"{_RUN_DESCRIPTION}\n\n{grids}", usage=_USAGE,
                                    formatter_class=HelpFormatter)
@@ -95,50 +120,48 @@ def register(subparsers) -> None:
     required.add_argument("--acts", metavar="DIR",
                           help="activation folder (from `countlens llm capture` or `probe toy-acts`; required)")
     required.add_argument("--out", metavar="DIR", help="output folder (required)")
-    # The settings are left None unless given, so that `probe --seeds 0 sweep ...` reaches the sweep.
-    options = _probe_options(DEFAULT_ALPHA_GRID, DEFAULT_ALPHAS)
-    add_config_options(parser, ProbeConfig, ("locations", "alphas", "seeds", "fractions"), options=options,
-                       unset=True)
-    parser.add_argument("--no-standardize", dest="standardize", action="store_false",
-                        help="fit on raw activations instead of per-dimension z-scores (default: standardise)")
-    parser.add_argument("--classifier", action="store_true",
+    options = {**_probe_options(DEFAULT_ALPHA_GRID, DEFAULT_ALPHAS), "standardize": _STANDARDIZE}
+    add_config_options(parser, ProbeConfig, ("locations", "alphas", "seeds", "fractions", "standardize"),
+                       options=options, unset=True)
+    parser.add_argument("--classifier", action="store_true",  # no field: it turns --classifier-C's value on
                         help="also fit the multinomial logistic read-out over counts (slower: one fit per "
                              "location and seed; default: off)")
-    parser.add_argument("--classifier-C", dest="classifier_C", default="1",
-                        help="inverse L2 strength of that classifier, or a comma list chosen on validation "
-                             "accuracy")
-    add_config_options(parser, ProbeConfig, ("figure_locations", "blas_threads", "target", "position_buckets"),
-                       unset=True, helps={"blas_threads": "BLAS threads for each location's decompositions, 0 = the "
-                                                          "process default (BENCHMARKS.md measures why one)"})
+    add_config_options(parser, ProbeConfig, ("classifier_C", "figure_locations", "blas_threads", "target",
+                                             "position_buckets"),
+                       options={"classifier_C": _CLASSIFIER_C}, unset=True, helps={"blas_threads": _BLAS_HELP})
     add_common_options(parser, "quiet")
     parser.set_defaults(func=cmd_probe)
-    sub = parser.add_subparsers(dest="probe_command", metavar="{sweep,toy-acts,redraw}",
-                                parser_class=type(parser))
+    return parser
+
+
+def _sweep_parser(sub, prog: str, grids: str) -> None:
+    """``countlens probe sweep``: the options of :class:`SweepConfig`'s fields, worded as ``probe``'s (the
+    same settings); those ``probe`` has too keep a value given before ``sweep`` unless given again."""
+    from countlens.probes.probe import ProbeConfig
+    from countlens.probes.sweep import DEFAULT_SWEEP_ALPHA_GRID, DEFAULT_SWEEP_ALPHAS, SweepConfig
 
     sweep = sub.add_parser("sweep", help="Figure 8: native probe norm vs held-out accuracy along the alpha grid",
-                           formatter_class=HelpFormatter, prog=f"{parser.prog} sweep",
+                           formatter_class=HelpFormatter, prog=f"{prog} sweep",
                            description=textwrap.fill(
                                "Fit one probe per alpha (and the unregularised one) at one location for each "
                                "split seed and score every one on the test split (no selection); writes "
                                "sweep.json and fig8_norm_sweep.png/.pdf.", 100) + "\n\n" + grids)
     sweep.add_argument("--acts", default=argparse.SUPPRESS, metavar="DIR", help="activation folder (required)")
     sweep.add_argument("--out", default=argparse.SUPPRESS, metavar="DIR", help="output folder (required)")
-    sweep.add_argument("--location", default=None,
-                       help="name or index (default: the output of the first block; 'h' for the toy)")
-    sweep.add_argument("--alphas", default=argparse.SUPPRESS,
-                       help=f"lo:hi:count log grid or comma list (default: {_grid_text(DEFAULT_SWEEP_ALPHA_GRID)})")
-    sweep.add_argument("--seeds", default=argparse.SUPPRESS, help=f"split seeds (default: {seeds_text})")
-    sweep.add_argument("--split", dest="fractions", default=argparse.SUPPRESS,
-                       help=f"train,validation,test fractions (default: {split_text})")
-    sweep.add_argument("--no-standardize", dest="standardize", action="store_false", default=argparse.SUPPRESS,
-                       help="fit on raw activations instead of per-dimension z-scores (default: standardise)")
-    sweep.add_argument("--blas-threads", type=int, default=argparse.SUPPRESS,
-                       help=f"BLAS threads for the decompositions, 0 = the process default "
-                            f"(default: {DEFAULT_BLAS_THREADS})")
+    shared = ("alphas", "seeds", "fractions", "standardize")
+    options = {**_probe_options(DEFAULT_SWEEP_ALPHA_GRID, DEFAULT_SWEEP_ALPHAS), "standardize": _STANDARDIZE,
+               "location": _LOCATION}
+    helps = {**{name: field_doc(ProbeConfig, name) for name in shared if field_doc(ProbeConfig, name)},
+             "blas_threads": _BLAS_HELP}
+    add_config_options(sweep, SweepConfig, ("location", *shared, "blas_threads"), options=options, helps=helps,
+                       inherit=True)
     sweep.set_defaults(func=cmd_sweep)
 
+
+def _toy_acts_parser(sub, prog: str) -> None:
+    """``countlens probe toy-acts`` (no config: a parameter file, a folder, its L and seed column)."""
     toy = sub.add_parser("toy-acts", help="write the toy's boundary representations as an activation folder",
-                         formatter_class=HelpFormatter, prog=f"{parser.prog} toy-acts",
+                         formatter_class=HelpFormatter, prog=f"{prog} toy-acts",
                          description="Evaluate toy parameters (from `countlens toy construct` or `toy train`) "
                                      "on every pair n + m <= L and write attn_out and h per pair in the "
                                      "capture format, so probe and geometry commands run on the toy.")
@@ -149,9 +172,12 @@ def register(subparsers) -> None:
     add_common_options(toy, "quiet", quiet=argparse.SUPPRESS)
     toy.set_defaults(func=cmd_toy_acts)
 
+
+def _redraw_parser(sub, prog: str) -> None:
+    """``countlens probe redraw`` (no config: a finished run's JSON, the locations to draw, a folder)."""
     redraw = sub.add_parser("redraw", help="redraw Figures 7/8/10 from probes.json, sweep.json or running_count.json, "
                                            "without refitting",
-                            formatter_class=HelpFormatter, prog=f"{parser.prog} redraw",
+                            formatter_class=HelpFormatter, prog=f"{prog} redraw",
                             description="Redraw the figures of a finished run from its JSON.")
     redraw.add_argument("--result", required=True, help="probes.json, sweep.json or running_count.json (required)")
     redraw.add_argument("--figure-locations", default=argparse.SUPPRESS,
@@ -175,9 +201,9 @@ def cmd_probe(args) -> int:
     values = config_values(args)
     if values.get("blas_threads") == 0:  # the process's own count
         values["blas_threads"] = None
-    classifier_C = parse_float_list(args.classifier_C, "classifier_C")
-    config = ProbeConfig(acts=args.acts, standardize=args.standardize,
-                         classifier_C=classifier_C if args.classifier else None, **values)
+    if not args.classifier:  # --classifier-C sets the classifier's C, --classifier turns it on
+        values.pop("classifier_C", None)
+    config = ProbeConfig(acts=args.acts, **values)
     out = Path(args.out)
     if config.target == "running_count":
         return _running_count(config, out, progress=not args.quiet)
@@ -203,15 +229,13 @@ def _running_count(config, out: Path, progress: bool) -> int:
 
 def cmd_sweep(args) -> int:
     from countlens.probes.figures import draw_sweep
-    from countlens.probes.sweep import DEFAULT_SWEEP_ALPHAS, SweepConfig, run_sweep
+    from countlens.probes.sweep import SweepConfig, run_sweep
 
     _require(args, "acts", "out")
-    given = {"seeds": (parse_int_list, args.seeds), "fractions": (parse_float_list, args.fractions)}
-    values = {name: tuple(parse(text, name)) for name, (parse, text) in given.items() if text is not None}
-    if args.blas_threads is not None:  # 0: the process's own count
-        values["blas_threads"] = args.blas_threads or None
-    config = SweepConfig(acts=args.acts, location=args.location, alphas=_alphas(args.alphas, DEFAULT_SWEEP_ALPHAS),
-                         standardize=args.standardize, **values)
+    values = config_values(args)  # with those given to `probe` before `sweep`
+    if values.get("blas_threads") == 0:  # the process's own count
+        values["blas_threads"] = None
+    config = SweepConfig(acts=args.acts, **values)
     result = run_sweep(config)
     out = Path(args.out)
     result.save(out)

@@ -253,7 +253,9 @@ def derived(config_type: type, name: str, given: Option | None = None) -> Option
         found["parse"], found["text"] = parse_window, lambda v: None if v is None else f"{v[0]}:{v[1]}"
     if isinstance(choice, OneOf) and kind == "str":  # shown as argparse would; the config checks (its wording)
         found["metavar"] = "{" + ",".join(map(str, choice.choices)) + "}"
-    mine = {k: v for k, v in dataclasses.asdict(given).items() if v is not None} if given else {}
+    # (not dataclasses.asdict, which would turn a rule, itself a dataclass, into a dict)
+    mine = {f.name: getattr(given, f.name) for f in dataclasses.fields(given)
+            if getattr(given, f.name) is not None} if given else {}
     return dataclasses.replace(Option(dest=name), **{**found, **mine})
 
 
@@ -261,7 +263,7 @@ def add_config_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup
                        names: Sequence[str] | None = None, *, options: Mapping[str, Option] | None = None,
                        unset: bool = False, alternate: tuple[str, Any] | None = None,
                        helps: Mapping[str, str] | None = None, default_text: str | None = None,
-                       when: str | None = None) -> list[argparse.Action]:
+                       when: str | None = None, inherit: bool = False) -> list[argparse.Action]:
     """Add an option for each setting ``names`` of the config ``config`` (every field, when ``None``) to
     ``parser``: derived from the field (:func:`derived`) over what ``options`` declares for it (an alias, a
     parser, a help another command shares); ``helps`` replaces a help for this command alone.
@@ -272,7 +274,10 @@ def add_config_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup
     ``alternate`` (``("--full", Config.paper())``) the other sizes' where they differ, or ``default_text``
     in their place (``"the preset's"``, where a ``--preset`` of several decides); ``when``: the options
     apply in one mode of the command alone, which their shown default names first (``(--positions
-    boundary; default: 3)``). Each action carries
+    boundary; default: 3)``); ``inherit``: a subcommand's options that its parent command has too (``probe
+    --seeds 0 sweep``): a value given to the parent stays unless given again here (argparse's ``SUPPRESS``),
+    the help naming the default as with ``unset``. A switch whose flag is ``--no-<...>`` (an ``alias``) turns
+    its setting off. Each action carries
     its :class:`Option` (``action.option``), which :func:`config_values` reads back, and its field's rule
     (``action.rule``, as a shared option does: a test writes a value it refuses)."""
     config_type = config if isinstance(config, type) else type(config)
@@ -288,10 +293,12 @@ def add_config_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup
         # a command's own default is given whatever ``unset`` says
         given = None if option.default is None else option.shown(option.default)
         if option.switch:
-            action = parser.add_argument(option.flag, dest=name, action="store_true",
-                                         default=None if unset and given is None else bool(default), help=text)
+            off = option.flag.startswith("--no-")  # a setting on by default, turned off by its flag
+            action = parser.add_argument(option.flag, dest=name, action="store_false" if off else "store_true",
+                                         default=argparse.SUPPRESS if inherit else
+                                         None if unset and given is None else bool(default), help=text)
         else:
-            if unset or option.parse is not None:
+            if unset or inherit or option.parse is not None:
                 shown = f"(default: {default_text})" if unset and default_text and not option.required \
                     else _shown_default(option, default, alternate)
                 if when:
@@ -299,7 +306,8 @@ def add_config_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup
                 text = text if shown is None or "(default" in text else f"{text} {shown}"
             action = parser.add_argument(option.flag, dest=name, type=option.type, choices=option.choices,
                                          required=bool(option.required), metavar=option.metavar,
-                                         default=given if unset else option.shown(default), help=text)
+                                         default=argparse.SUPPRESS if inherit else given if unset
+                                         else option.shown(default), help=text)
         action.option, action.rule = option, option.rule  # type: ignore[attr-defined]
         actions.append(action)
     return actions

@@ -3,11 +3,17 @@
 
 from __future__ import annotations
 
-from countlens.core.args import HelpFormatter, add_common_options, ints_text, parse_int_list
+from countlens.core.args import HelpFormatter, Option, add_common_options, ints_text
 from countlens.llm.capture.options import MODEL_OPTIONS, add_capture_options, capture_options
 
 DAS_COMMAND = (*MODEL_OPTIONS, "task", "L", "counts", "per_count", "pairs", "configs", "seeds", "template",
                "locations", "batch_size", "device", "dtype")
+
+# DAS's own settings, each an option derived from its field (help: DasConfig.HELP)
+DAS_OPTIONS = ("ranks", "held_out", "sources", "steps", "lr", "seed", "random_model")
+NO_RANDOM_MODEL = Option("random_model", alias="--no-random-model",
+                         help="skip the control of DAS on the random-initialised model of the same architecture "
+                              "(default: run it)")
 
 DAS_DESCRIPTION = """\
 The causal count subspace (distributed alignment search, DAS). Per residual location at the assistant boundary
@@ -35,18 +41,10 @@ def register(sub) -> None:
     da = sub.add_parser("das", help="the causal count subspace: learn the boundary subspace whose interchange "
                                     "moves the answer to the source count (DAS), with its controls",
                         description=DAS_DESCRIPTION, formatter_class=HelpFormatter)
-    add_capture_options(da, DAS_COMMAND, dd, helps={"locations": help_of["locations"],
-                                                    "batch_size": help_of["batch_size"]})
+    helps = {name: help_of[name] for name in ("locations", "batch_size", *DAS_OPTIONS)
+             if name in help_of and name != "random_model"}  # the switch says what it turns off
+    add_capture_options(da, (*DAS_COMMAND, *DAS_OPTIONS), dd, helps=helps, options={"random_model": NO_RANDOM_MODEL})
     da.add_argument("--out", required=True, help="output folder")
-    da.add_argument("--ranks", default=ints_text(dd.ranks), help=help_of["ranks"])
-    da.add_argument("--held-out", dest="held_out", type=float, default=dd.held_out, help=help_of["held_out"])
-    da.add_argument("--sources", type=int, default=dd.sources, help=help_of["sources"])
-    da.add_argument("--steps", type=int, default=dd.steps, help=help_of["steps"])
-    da.add_argument("--lr", type=float, default=dd.lr, help=help_of["lr"])
-    da.add_argument("--seed", type=int, default=dd.seed, help=help_of["seed"])
-    da.add_argument("--no-random-model", dest="random_model", action="store_false", default=dd.random_model,
-                    help="skip the control of DAS on the random-initialised model of the same architecture (default: "
-                         "run it)")
     add_common_options(da, "quiet")
     da.set_defaults(func=cmd_das)
 
@@ -57,10 +55,7 @@ def cmd_das(args) -> int:
     from countlens.llm.models import quiet_transformers
 
     quiet_transformers()
-    config = DasConfig().with_options(**capture_options(args, DAS_COMMAND),
-                                      ranks=parse_int_list(args.ranks, "ranks", sort=True), held_out=args.held_out,
-                                      sources=args.sources, steps=args.steps, lr=args.lr, seed=args.seed,
-                                      random_model=args.random_model)
+    config = DasConfig().with_options(**capture_options(args, (*DAS_COMMAND, *DAS_OPTIONS)))
     result = run_das(config, progress=not args.quiet)
     result.save(args.out)
     draw_das(result, args.out)
@@ -72,4 +67,4 @@ def cmd_das(args) -> int:
     return 0
 
 
-__all__ = ["DAS_COMMAND", "register", "cmd_das"]
+__all__ = ["DAS_COMMAND", "DAS_OPTIONS", "register", "cmd_das"]

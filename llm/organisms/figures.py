@@ -77,45 +77,73 @@ def plot_scaling(result: ScalingResult):
     seeds = sorted({r["seed"] for r in organisms})
     for i, seed in enumerate(seeds):
         mine = sorted((r for r in organisms if r["seed"] == seed), key=lambda r: r["L"])
-        Ls = [r["L"] for r in mine]
-        a.plot(Ls, [r["largest_parameter_norm"] for r in mine], "o-", color="tab:blue", alpha=0.8,
-               label="organism B" if i == 0 else None)
-        a.plot(Ls, [r["probe_norm"] if r["probe_norm"] is not None else float("nan") for r in mine], "s--",
-               color="tab:green", alpha=0.8, label="organism probe norm (exact)" if i == 0 else None)
-        if any(r.get("class_vector_norm") is not None for r in mine):
-            a.plot(Ls, [r.get("class_vector_norm") or float("nan") for r in mine], "v:", color="tab:cyan",
-                   alpha=0.8, label="organism class vectors (answer rows)" if i == 0 else None)
-            g.plot(Ls, [float("nan") if r.get("min_logit_gap") is None else r["min_logit_gap"] for r in mine],
-                   "o-", color="tab:blue", alpha=0.8, label="organism (logits)" if i == 0 else None)
-        missed = [r for r in mine if not r["converged"]]
-        a.plot([r["L"] for r in missed], [r["largest_parameter_norm"] for r in missed], "x", color="tab:red", ms=10,
-               label="below target accuracy (not fitted)" if missed and not any(
-                   not r["converged"] for r in organisms if r["seed"] in seeds[:i]) else None)
-        b.plot(Ls, [r["gap_ratio"] for r in mine], "o-", color="tab:purple", alpha=0.8,
-               label="organism gap ratio" if i == 0 else None)
-        b.plot(Ls, [r["erank_ratio"] for r in mine], "s--", color="tab:red", alpha=0.8,
-               label="organism effective-rank ratio" if i == 0 else None)
+        first_miss = not any(not r["converged"] for r in organisms if r["seed"] in seeds[:i])
+        _plot_seed(a, g, b, mine, first=i == 0, first_miss=first_miss)
+    _plot_toy(a, g, result)
+    _plot_llm(a, b, result)
+    _label_norms(a, result)
+    _label_gaps(g, result)
+    _label_ratios(b)
+    _plot_pca(fig, c, result)
+    fig.suptitle(f"toy ↔ organism ↔ LLM ({result.norm_placement.split(':')[0]})")
+    fig.tight_layout()
+    return fig
+
+
+def _plot_seed(a, g, b, mine: list[dict], first: bool, first_miss: bool) -> None:
+    """One seed's organisms ``mine`` (sorted by L): their norms on ``a``, smallest logit gaps on ``g``, gap and
+    effective-rank ratios on ``b``; labelled on the ``first`` seed (the crosses on the first seed with one)."""
+    Ls = [r["L"] for r in mine]
+    a.plot(Ls, [r["largest_parameter_norm"] for r in mine], "o-", color="tab:blue", alpha=0.8,
+           label="organism B" if first else None)
+    a.plot(Ls, [r["probe_norm"] if r["probe_norm"] is not None else float("nan") for r in mine], "s--",
+           color="tab:green", alpha=0.8, label="organism probe norm (exact)" if first else None)
+    if any(r.get("class_vector_norm") is not None for r in mine):
+        a.plot(Ls, [r.get("class_vector_norm") or float("nan") for r in mine], "v:", color="tab:cyan",
+               alpha=0.8, label="organism class vectors (answer rows)" if first else None)
+        g.plot(Ls, [float("nan") if r.get("min_logit_gap") is None else r["min_logit_gap"] for r in mine],
+               "o-", color="tab:blue", alpha=0.8, label="organism (logits)" if first else None)
+    missed = [r for r in mine if not r["converged"]]
+    a.plot([r["L"] for r in missed], [r["largest_parameter_norm"] for r in missed], "x", color="tab:red", ms=10,
+           label="below target accuracy (not fitted)" if missed and first_miss else None)
+    b.plot(Ls, [r["gap_ratio"] for r in mine], "o-", color="tab:purple", alpha=0.8,
+           label="organism gap ratio" if first else None)
+    b.plot(Ls, [r["erank_ratio"] for r in mine], "s--", color="tab:red", alpha=0.8,
+           label="organism effective-rank ratio" if first else None)
+
+
+def _plot_toy(a, g, result: ScalingResult) -> None:
+    """The toy variant's rows: its regression B_min and classifier construction's norms on ``a``, the
+    classifier's smallest score gap on a log axis to the right of ``g``."""
     toy = sorted((r for r in result.rows if r["kind"] == "toy"), key=lambda r: r["L"])
     a.plot([r["L"] for r in toy], [r["largest_parameter_norm"] for r in toy], "k^-",
            label=f"toy {result.toy_variant} regression B_min")
     classifier = sorted((r for r in result.rows if r["kind"] == "toy-classification"), key=lambda r: r["L"])
-    if classifier:
-        Ls = [r["L"] for r in classifier]
-        a.plot(Ls, [r["largest_parameter_norm"] for r in classifier], "ks--", mfc="none",
-               label="toy classifier construction: largest vector")
-        a.plot(Ls, [r["class_vector_norm"] for r in classifier], "k:", label="toy classifier: class vectors")
-        twin = g.twinx()
-        twin.plot(Ls, [r["min_logit_gap"] for r in classifier], "s--", color="tab:gray", mfc="none",
-                  label="toy classifier (scores)")
-        twin.set_yscale("log")
-        twin.set_ylabel("toy classifier's smallest score gap")
-        twin.legend(fontsize=7, loc="upper right")
-    llm = [r for r in result.rows if r["kind"] == "llm"]
-    for r in llm:
+    if not classifier:
+        return
+    Ls = [r["L"] for r in classifier]
+    a.plot(Ls, [r["largest_parameter_norm"] for r in classifier], "ks--", mfc="none",
+           label="toy classifier construction: largest vector")
+    a.plot(Ls, [r["class_vector_norm"] for r in classifier], "k:", label="toy classifier: class vectors")
+    twin = g.twinx()
+    twin.plot(Ls, [r["min_logit_gap"] for r in classifier], "s--", color="tab:gray", mfc="none",
+              label="toy classifier (scores)")
+    twin.set_yscale("log")
+    twin.set_ylabel("toy classifier's smallest score gap")
+    twin.legend(fontsize=7, loc="upper right")
+
+
+def _plot_llm(a, b, result: ScalingResult) -> None:
+    """The LLM column as points: its probe norm on ``a``, its gap and effective-rank ratios on ``b``."""
+    for r in (r for r in result.rows if r["kind"] == "llm"):
         if r["probe_norm"] is not None:
             a.plot([r["L"]], [r["probe_norm"]], "D", color="tab:orange", label="LLM probe norm (exact)")
         b.plot([r["L"]], [r["gap_ratio"]], "D", color="tab:orange", label="LLM gap ratio")
         b.plot([r["L"]], [r["erank_ratio"]], "d", color="tab:brown", label="LLM effective-rank ratio")
+
+
+def _label_norms(a, result: ScalingResult) -> None:
+    """Panel (a)'s log-log axes, its title of the rates, its legend."""
     a.set_xscale("log")
     a.set_yscale("log")
     a.set_xlabel("L (largest count)")
@@ -125,6 +153,10 @@ def plot_scaling(result: ScalingResult):
                 f"classifier {_num(result.rates.get('toy_classification'))}; paper {result.rates['paper_text']}",
                 fontsize=9)
     a.legend(fontsize=7)
+
+
+def _label_gaps(g, result: ScalingResult) -> None:
+    """Panel (b)'s zero line, axes, title of the gap slopes and legend (where it drew something)."""
     g.axhline(0.0, color="tab:blue", lw=0.6, ls=":")
     g.set_xscale("log")
     g.set_xlabel("L (largest count)")
@@ -134,12 +166,21 @@ def plot_scaling(result: ScalingResult):
     g.set_title(f"gap slope: organisms {_num(gap)}; toy classifier {_num(toy_gap)}", fontsize=9)
     if g.get_legend_handles_labels()[0]:
         g.legend(fontsize=7, loc="upper left")
+
+
+def _label_ratios(b) -> None:
+    """Panel (c)'s line at ratio 1, axes and legend."""
     b.axhline(1.0, color="k", lw=0.6, ls=":")
     b.set_xscale("log")
     b.set_xlabel("L (largest count)")
     b.set_ylabel("ratio (high window / low window)")
     b.legend(fontsize=7)
-    largest = max((r["L"] for r in organisms), default=None)
+
+
+def _plot_pca(fig, c, result: ScalingResult) -> None:
+    """Panel (d): the PCA of the count centroids of the largest-L organism of the first seed and of the LLM,
+    each scaled to its largest |coordinate|, coloured by count."""
+    largest = max((r["L"] for r in result.organisms()), default=None)
     shown = [p for p in result.pca if p["kind"] == "organism" and p["label"].startswith(f"organism L={largest} ")][:1] \
         + [p for p in result.pca if p["kind"] == "llm"]
     for p, marker in zip(shown, ("o", "D"), strict=False):
@@ -152,9 +193,6 @@ def plot_scaling(result: ScalingResult):
         c.legend(fontsize=7)
     c.set_xlabel("PC1 (scaled)")
     c.set_ylabel("PC2 (scaled)")
-    fig.suptitle(f"toy ↔ organism ↔ LLM ({result.norm_placement.split(':')[0]})")
-    fig.tight_layout()
-    return fig
 
 
 def _num(x) -> str:
@@ -182,12 +220,18 @@ def scaling_view(page: Page, s: Section) -> None:
         "linear read-out of the count is curved, while the organism's own answer, an argmax, does not see that "
         "denominator. The head's target excess (as in the heads figure, at the boundary, averaged over the prompts) is zero "
         "where the head spreads its attention evenly over the items, so that the count is carried by the value "
-        "vectors, and positive where it prefers the targets.")
+        "vectors, and positive where it prefers the targets. The count manifold's columns (as the manifold "
+        "stage measures it) name the toy variant whose boundary curve lies nearest the organism's centroid curve "
+        "in shape, its Procrustes distance (zero: congruent), the distance to the toy variant the organism is "
+        "built like, and whether two halves of the prompts agree on the shape better than shuffled counts do.")
     keys = ["kind", "L", "seed", "converged", "held_out_accuracy", "held_out_min_count", "largest_parameter_norm",
-            "probe_norm", "probe_best_acc", "target_excess", "gap_ratio", "erank_ratio", "endpoint_angle"]
+            "probe_norm", "probe_best_acc", "target_excess", "gap_ratio", "erank_ratio", "endpoint_angle",
+            "manifold_nearest", "manifold_procrustes", "manifold_procrustes_toy", "manifold_above_floor"]
     header = ["source", "L", "seed", "converged", "held-out accuracy", "lowest per-count accuracy",
               "largest parameter norm (B)",
-              "probe norm (exact)", "probe's best test rounded accuracy", "head's target excess", "gap ratio", "effective-rank ratio", "endpoint angle (rad)"]
+              "probe norm (exact)", "probe's best test rounded accuracy", "head's target excess", "gap ratio", "effective-rank ratio", "endpoint angle (rad)",
+              "nearest toy shape (count manifold)", "its Procrustes distance",
+              "Procrustes distance to the toy variant", "shape above its floor"]
 
     def cell(*keys) -> str:  # a value span, or a dash where the value is absent or null
         return page.v(rel, *keys) if page.get(rel, *keys) is not None else "—"

@@ -32,6 +32,8 @@ PLANTED = {
             "of earlier locations",
     "components": "a zeroed head writes nothing directly to the answer's logits; the live heads come first",
     "attribution": "attribution patching gives every zeroed head exactly nothing and ranks the live heads first",
+    "das": "after the last live block a learned subspace (at full rank, boundary patching) makes the boundary "
+           "answer the source count; up to the first live block's input no subspace moves anything",
 }
 
 

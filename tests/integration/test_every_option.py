@@ -130,11 +130,9 @@ BAD = {
                 "--ranks": "0", "--held-out": "1.5", "--sources": "0", "--steps": "0", "--lr": "-1"},
     "llm pairs": {"--model": "{MISSING}", "--gguf-file": "{MISSING}.gguf", "--revision": "v1", "--configs": "poem",
                   "--template": "fancy", "--candidates": "a"},
-    "probe": {"--acts": "{MISSING}", "--locations": "99", "--alphas": "-1", "--seeds": "x", "--split": "0.5,0.5",
-              "--classifier-C": "x", "--figure-locations": "99", "--blas-threads": "-1", "--target": "count",
-              "--position-buckets": "0"},
-    "probe sweep": {"--acts": "{MISSING}", "--location": "99", "--alphas": "-1", "--seeds": "x",
-                    "--split": "0.5,0.5", "--blas-threads": "-1"},
+    "probe": {"--acts": "{MISSING}", "--locations": "99", "--classifier-C": "x", "--figure-locations": "99",
+              "--blas-threads": "-1"},
+    "probe sweep": {"--acts": "{MISSING}", "--location": "99", "--blas-threads": "-1"},
     "probe toy-acts": {"--params": "{MISSING}", "--L": "0"},
     "probe redraw": {"--result": "{MISSING}", "--figure-locations": "nowhere"},
     "geometry": {"--acts": "{MISSING}", "--low": "2:1", "--high": "x", "--pca-counts": "3", "--pca-locations": "99"},
@@ -402,9 +400,8 @@ def test_objects_and_file_tasks_build_and_refuse_what_they_lack(tiny_chat_model,
 
 def test_a_read_out_the_answers_cannot_give_is_one_line_before_the_weights(tiny_chat_model, tmp_path, capsys):
     """Issue 31 point 6: a metric that needs answers the task or tokenizer cannot give is refused from the config
-    and the tokenizer alone (the model below has no weights file): DLA when every answer starts with one token
-    (the plain template's answers begin with a space token on SmolLM2's tokenizer), boundary patching when a file
-    task has fewer prompts of the source count than of the target count (a KeyError traceback before)."""
+    and the tokenizer alone (the model below has no weights file): boundary patching when a file task has fewer
+    prompts of the source count than of the target count (a KeyError traceback before)."""
     import shutil
     from pathlib import Path
 
@@ -417,11 +414,11 @@ def test_a_read_out_the_answers_cannot_give_is_one_line_before_the_weights(tiny_
     records.write_text('{"text": "How many cats: cat dog cat?", "count": 2}\n{"text": "How many dogs: cat dog dog?", '
                        '"count": 2}\n{"text": "How many cats: cat cat cat dog?", "count": 3}\n')
     out = tmp_path / "out"
+    # (the direct logit attribution no longer refuses answers that share a first token: it reads where they differ,
+    # issue 46 point 7, tests/unit/test_shared_first_token.py)
     for argv, flag, words in (
-            (["llm", "components", "--counts", "1:3", "--L", "8", "--template", "plain"], "--template",
-             "starts with the same token"),
             (["llm", "patch", "--task", f"file:{records}", "--sources", "3", "--targets", "2"], "--sources",
-             "2 prompts of count 2 and 1 of count 3")):
+             "2 prompts of count 2 and 1 of count 3"),):
         assert main([*argv, "--model", str(bare), "--out", str(out)]) == 2
         err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
         assert len(err) == 1 and flag in err[0] and words in err[0], err

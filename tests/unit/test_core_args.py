@@ -83,3 +83,24 @@ def test_a_command_declares_only_what_differs():
         _Config(**config_values(args))
     assert cli_message(caught.value, args._parser).startswith("--split-seeds values must be >= 0")
     assert "how long (default: 300)" in parser.format_help()
+
+
+def test_a_subcommand_inherits_its_parents_values_and_a_no_switch_turns_a_setting_off():
+    """``probe --seeds 0 sweep``: a value given before the subcommand stays unless given again; ``--no-<x>``
+    turns a setting off; a rule given by the command reaches the action (for the every-option test)."""
+    from countlens.core.fields import Ints
+
+    parent = OneLineParser(prog="x", formatter_class=HelpFormatter)
+    add_config_options(parent, _Config, ("seeds",), unset=True)
+    sub = parent.add_subparsers(dest="cmd", parser_class=OneLineParser)
+    child = sub.add_parser("child", formatter_class=HelpFormatter)
+    actions = add_config_options(child, _Config, ("seeds", "steps", "fast"), inherit=True,
+                                 options={"fast": Option("fast", alias="--no-fast", help="slow (default: fast)"),
+                                          "steps": Option("steps", rule=Ints(minimum=2))})
+    assert config_values(parent.parse_args(["--seeds", "4", "child"])) == {"seeds": (4,)}
+    assert config_values(parent.parse_args(["--seeds", "4", "child", "--seeds", "5"])) == {"seeds": (5,)}
+    assert config_values(parent.parse_args(["child", "--no-fast", "--steps", "7"])) == {"fast": False, "steps": 7}
+    assert config_values(parent.parse_args(["child"])) == {}  # the config's defaults
+    assert isinstance(actions[1].rule, Ints) and actions[1].rule.minimum == 2
+    text = child.format_help()
+    assert "optimiser steps (default: 300)" in text and "split seeds (default: 0,1,2)" in text and "slow" in text

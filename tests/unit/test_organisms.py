@@ -237,7 +237,8 @@ CHECK_NAMES = {"answers", "dead heads", "dead heads alike", "live heads first", 
                "DLA dead heads", "DLA live heads first", "boundary patching", "position patching: flipped item before",
                "position patching: boundary before", "position patching: boundary after",
                "probe after the live heads", "probe before the live heads", "steering slope", "AtP dead heads",
-               "AtP live heads first", "interchange after the live heads"}
+               "AtP live heads first", "interchange after the live heads", "DAS after the live heads",
+               "DAS before the live heads"}
 
 
 @pytest.fixture(scope="module")
@@ -309,7 +310,7 @@ def test_the_item_reading_ablation_fails_on_a_head_that_does_not_read(organism, 
 
 KEPT = {"probe": "probes.json", "patching": "patching.json", "steering": "steering.json",
         "probe-running": "running_count.json", "patching-positions": "position_patching.json", "heads": "heads.json",
-        "components": "components.json", "attribution": "attribution.json", "lens": "lens.json"}
+        "components": "components.json", "attribution": "attribution.json", "lens": "lens.json", "das": "das.json"}
 
 
 def test_the_checks_keep_each_experiment_they_ran_and_its_numbers_are_the_checks(kept_checks):
@@ -734,6 +735,49 @@ def test_the_scaling_logit_gap_is_figure_2c_on_plain_forwards(scaled):
     toy = [g for g in result.gaps if g["kind"] == "toy-classification"]
     assert [g["L"] for g in toy] == [3, 4] and all(min(g["gap"]) > 0 for g in toy)  # the construction counts
     assert result.rates["toy_classification"] == pytest.approx(0.0, abs=1e-12)  # every vector <= 1 at every L
+
+
+def test_the_scaling_manifold_columns_are_the_manifold_of_the_organisms_capture(scaled, tmp_path):
+    """Issue 44 point 3: each organism's count-manifold columns equal the manifold experiment run on the same
+    held-out capture, and its Procrustes distances equal a direct call on the capture's centroids."""
+    from countlens.analysis import ManifoldConfig, procrustes_distance, run_manifold, toy_curves
+    from countlens.core.capture import open_capture
+    from countlens.core.threads import torch_threads
+    from countlens.llm.capture.experiment import CaptureConfig, run_capture
+    from countlens.llm.models import ModelSpec
+    from countlens.llm.organisms.experiment import HELD_OUT_SEED
+    from countlens.llm.organisms.scaling import LOCATION, TOY_VARIANT, capture_seeds
+    from countlens.llm.prompts import PromptSettings
+    from countlens.toy import VARIANTS
+
+    folder, result = scaled
+    config = SCALING_TEST
+    for row in result.organisms():
+        L, out = row["L"], folder / f"L{row['L']}-seed0"
+        seeds = capture_seeds(L, config["width"], len(config["pairs"]), len(config["configs"]))
+        settings = PromptSettings(L=L, counts=list(range(L + 1)), per_count=1, pairs=config["pairs"],
+                                  configs=config["configs"], seeds=[HELD_OUT_SEED + j for j in range(seeds)])
+        acts = tmp_path / f"acts-L{L}"
+        with torch_threads(1):
+            run_capture(CaptureConfig(model=ModelSpec(model=str(out)), prompts=settings), acts, progress=False)
+        mine = next(r for r in run_manifold(ManifoldConfig(acts=str(acts), toy_d=config["width"])).per_location
+                    if r["name"] == LOCATION)
+        assert row["manifold_nearest"] == mine["nearest_toy"] in VARIANTS
+        assert row["manifold_procrustes"] == pytest.approx(mine["procrustes"][mine["nearest_toy"]], abs=1e-9)
+        assert row["manifold_above_floor"] == mine["shape_above_floor"]
+        capture = open_capture(acts).boundary()  # by hand: centroids per count, then the toy's curves
+        X, n = capture.acts(LOCATION).astype(np.float64), capture.counts()
+        counts = np.unique(n)
+        C = np.stack([X[n == c].mean(axis=0) for c in counts])
+        curves, _ = toy_curves(counts, VARIANTS, config["width"])
+        direct = {v: procrustes_distance(C, curves[v]) for v in VARIANTS}
+        assert row["manifold_procrustes_toy"] == pytest.approx(direct[TOY_VARIANT], abs=1e-6)
+        assert row["manifold_procrustes"] == pytest.approx(min(direct.values()), abs=1e-6)
+        assert 0 <= row["manifold_procrustes"] <= row["manifold_procrustes_toy"] <= 2
+    assert all(r["manifold_nearest"] is None for r in result.rows if r["kind"] != "organism")
+    result.save(folder)
+    header = (folder / "organism_scaling.csv").read_text().splitlines()[0].split(",")
+    assert {"manifold_nearest", "manifold_procrustes", "manifold_procrustes_toy"} <= set(header)
 
 
 def test_the_counting_tokenizer_writes_every_count_as_one_token(tmp_path, monkeypatch):
