@@ -413,9 +413,12 @@ def organism_verdicts(result: DasResult, live_heads, n_blocks: int) -> list[dict
     if missing:
         raise ValueError(f"the DAS result has no location {missing}; run it at {[*before, after]}")
     smallest = next(loc["smallest_rank"] for loc in result.locations if loc["index"] == after)
+    # the random subspace of the same rank on the same pairs: what a subspace that was not learned gives
+    contrast = next((f"; a random subspace of rank {smallest}: IIA {r['iia_random']:.3f}" for r in result.rows
+                     if r["index"] == after and r["rank"] == smallest and r.get("iia_random") is not None), "")
     return [check_row("DAS after the live heads", best[after], IIA_REACHED, ">=",
                       f"highest held-out IIA over ranks {sorted({r['rank'] for r in result.rows})} at location "
-                      f"{after}; smallest rank reaching it: {smallest}"),
+                      f"{after}; smallest rank reaching it: {smallest}{contrast}"),
             check_row("DAS before the live heads", max(best[i] for i in before), DAS_LEAK, "<=",
                       f"highest held-out IIA at locations {before} (the boundary's residual is one vector there)")]
 

@@ -38,8 +38,10 @@ pairs, and after the last live block the source prompt's own first token on ever
 (Figure 11) finds the flipped item's effect at the item before the first live block (>= 0.99) and not yet at
 the boundary (<= 0.01), and at the boundary after the last live block (>= 0.99); a ridge probe reads the count
 at the boundary (test rounded accuracy >= 0.95) right after the first block with a live head, and not before
-it. Count-unit steering's slope along the mean difference is reported with no bound (INFO): nothing planted
-makes the count linearly steerable. Prints one PASS/FAIL line per check; exit 1 when any fails.
+it; distributed alignment search (ranks 1, 2, 4 and full) reaches an interchange accuracy >= 0.95 after the last
+live block and stays <= 0.05 up to the first live block's input. Count-unit steering's slope along the mean
+difference is reported with no bound (INFO): nothing planted makes the count linearly steerable. Prints one
+PASS/FAIL line per check; exit 1 when any fails.
 """
 
 

@@ -2,8 +2,8 @@
 head only in a late block (block 0 zeroed), two live heads sharing a block, and an attention-only organism.
 Each is tiny (L = 3, width 16) and trained once per session (seconds); every check holds on each, and the
 changed checks fail where the construction says they must: the item-reading block removed is held to chance
-only when it is the block that holds the live heads, and the boundary interchange is exact only after the last
-block that holds one."""
+only when it is the block that holds the live heads, and the boundary interchange (as patching, and as DAS's
+learned subspaces) is exact only after the last block that holds one."""
 
 from __future__ import annotations
 
@@ -145,3 +145,20 @@ def test_the_interchange_fails_before_the_last_live_block(circuits):
     assert rows["interchange after the live heads"]["value"] <= 0.5
     assert "blocks.0" in rows["interchange after the live heads"]["detail"]
     assert rows["boundary patching"]["passed"]  # the last location is still after every live head
+
+
+def test_das_after_fails_before_the_last_live_block(circuits):
+    """The late circuit with its live head claimed in block 0: the DAS check then learns its subspaces after block
+    0, whose heads are all zeroed, so the boundary's residual there is one vector in every prompt and no rank,
+    not even the full width, moves the answer; the claim's "before" location (the embeddings) still holds."""
+    from countlens.llm.models import ModelSpec
+    from countlens.llm.organisms.experiment import HELD_OUT_SEED, read_organism
+    from countlens.llm.organisms.location_checks import das_checks
+
+    folder, result = circuits["late"]
+    claimed = read_organism(folder)
+    claimed.live_heads = [[0, 1]]
+    seeds = [HELD_OUT_SEED + j for j in range(int(result.config["held_out_seeds"]))]
+    after, before = das_checks(ModelSpec(model=str(folder)), claimed, _loaded(folder), seeds)
+    assert not after["passed"] and after["value"] <= 0.05 and "at location 1" in after["detail"]
+    assert before["passed"] and "locations [0]" in before["detail"]
