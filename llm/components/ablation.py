@@ -3,10 +3,12 @@
 
 Two sources of the value written (``source``): ``mean`` (mean-ablation) and ``twin`` (patching: the prompt's
 corrupted twin's own write, Figure 11's twin with one target turned into the distractor); two scopes (``scope``):
-``boundary`` (the boundary position alone) and ``all`` (every position of the prompt at once). The boundary
-mean-ablation runs from the prompt's key/value cache (below); the other three run whole prompt passes
-(:func:`countlens.llm.patching.edits.patched_prompt_logprobs`), one per component and prompt, batched, with every
-setter built by :func:`component_setter`. The limits: writing every component (the embeddings, every attention
+``boundary`` (the boundary position alone) and ``all`` (every position of the prompt at once). Both sources at
+the boundary run from the prompt's key/value cache, one boundary step per component (the boundary-step runner of
+:mod:`countlens.llm.boundary`: the mean-ablation below; the twin's writes by :func:`twin_boundary_scores`, the
+twin's boundary writes recorded in one pass per twin, every component of a batch of prompts a row of one batched
+step); at every position they run whole prompt passes (:func:`countlens.llm.patching.edits.patched_prompt_logprobs`),
+one per component and prompt, batched. Every setter is built by :func:`component_setter`. The limits: writing every component (the embeddings, every attention
 and MLP write) of the twin at every position is the twin's run, and writing nothing is the clean run.
 
 The boundary mean-ablation:
@@ -30,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from countlens.llm.heads.attention import PrefixBatch
+from countlens.llm.boundary import PrefixBatch
 from countlens.llm.hooks import HookSite
 from countlens.llm.patching.edits import Patch, Setter, patched_prompt_logprobs
 
@@ -115,6 +117,27 @@ def site_values(model, ids, sites: Sequence[HookSite]):
     return torch.stack([seen[j] for j in range(len(sites))])
 
 
+def boundary_site_values(model, ids, site_lists: Sequence[Sequence[HookSite]]):
+    """The activation at the last position (the boundary) of one unpadded prompt ``ids`` (T,) at every site of
+    every list of ``site_lists``, from one forward: per list a tensor (len(sites), w) in the model's dtype."""
+    import torch
+
+    from countlens.llm.capture.residuals import find_blocks
+    from countlens.llm.hooks import HookSet
+
+    seen: dict[tuple[int, int], Any] = {}
+
+    def keep(key):
+        def fn(hidden):
+            seen[key] = hidden[0, -1].detach().clone()
+        return fn
+    device = model.get_input_embeddings().weight.device
+    hooks = [(s, keep((k, j))) for k, sites in enumerate(site_lists) for j, s in enumerate(sites)]
+    with torch.inference_mode(), HookSet(find_blocks(model)).attach(hooks):
+        model(input_ids=torch.as_tensor([list(ids)], device=device), use_cache=False)
+    return [torch.stack([seen[(k, j)] for j in range(len(sites))]) for k, sites in enumerate(site_lists)]
+
+
 def component_setter(site: HookSite, value, scope: str, head: int | None = None,
                      width: int | None = None) -> Setter:
     """The :class:`Setter` of one component of a whole prompt pass (one batch row, see
@@ -139,5 +162,32 @@ def component_scores(model, ids, candidates, cells: Sequence[Sequence[Setter]], 
     return patched_prompt_logprobs(model, ids, candidates, cells, batch_size)
 
 
+def twin_boundary_scores(model, prompts, twins, candidates, sites: Sequence[HookSite], z_sites: Sequence[HookSite],
+                         n_heads: int, pad_id: int, batch_size: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    """Component patching from the twin at the boundary on the boundary-step runner: ``(writes (P, len(sites),
+    K), heads (P, len(z_sites), n_heads, K))`` float64, log p(candidate) of each prompt with one of its twin's
+    boundary writes — at a site of ``sites`` (all of its last axis), or one head's slice at a site of ``z_sites``
+    (an attention output projection's input) — written at its boundary. Per twin one forward records every
+    site's boundary value (:func:`boundary_site_values`); per batch of ``batch_size`` prompts the prompt before
+    the boundary runs once and every (prompt, component) is a row of batched boundary steps
+    (:func:`countlens.llm.boundary.boundary_cell_scores`). Equal cell by cell to
+    :func:`component_scores` with ``component_setter(..., "boundary")`` (whole prompt passes)."""
+    from countlens.llm.boundary import boundary_cell_scores
+
+    cells = []
+    for twin in twins:
+        w_values, z_values = boundary_site_values(model, twin.ids, [sites, z_sites])
+        hd = z_values.shape[-1] // n_heads
+        mine = [[component_setter(site, w_values[j], "boundary")] for j, site in enumerate(sites)]
+        mine += [[component_setter(site, z_values[j][h * hd:(h + 1) * hd], "boundary", h, hd)]
+                 for j, site in enumerate(z_sites) for h in range(n_heads)]
+        cells.append(mine)
+    scores = boundary_cell_scores(model, prompts, candidates, cells, pad_id, batch_size)
+    K = len(candidates[0])
+    writes = np.stack([s[:len(sites)] for s in scores]).reshape(len(prompts), len(sites), K)
+    heads = np.stack([s[len(sites):] for s in scores]).reshape(len(prompts), len(z_sites), n_heads, K)
+    return writes, heads
+
+
 __all__ = ["SOURCES", "SCOPES", "boundary_write_setter", "patched_step_scores", "ablated_component_scores",
-           "site_values", "component_setter", "component_scores"]
+           "site_values", "boundary_site_values", "component_setter", "component_scores", "twin_boundary_scores"]

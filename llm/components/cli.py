@@ -55,8 +55,12 @@ def cmd_components(args) -> int:
     text = f"; L{top[0][0]}H{top[0][1]} has the largest direct share of the answer logit difference ({top[0][2]:+.3f} nats)" \
         if top else ""
     wrong = sum(p["answer"] != p["n"] for p in result.prompts)
+    later = sum((p.get("answer_position") or 0) > 0 for p in result.prompts)
+    unread = sum(p.get("answer_position", 0) is None for p in result.prompts)
+    read = f"; {later} read past the answer's first token, where the answers first differ" if later else ""
+    read += f"; {unread} go on past the whole correct answer (no one token to compare)" if unread else ""
     print(f"components: {result.n_layers} blocks x {result.n_heads} heads on {len(result.prompts)} prompts "
-          f"({wrong} answered wrong){text} -> {args.out}")
+          f"({wrong} answered wrong{read}){text} -> {args.out}")
     return 0
 
 

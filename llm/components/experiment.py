@@ -6,11 +6,15 @@ Per prompt, one prompt pass records every write to the boundary's residual strea
 block's attention and MLP write, each head's share of its block's attention write;
 :mod:`countlens.llm.components.attribution` defines them) while the model answers greedily from the same pass
 (:func:`countlens.llm.answers.answer_batch`). Each write is read through the final norm with its scale frozen at
-the real residual and through the unembedding, and scored on two logit differences at the boundary's next
-token: ``answer``, the correct count's first answer token against the model's own greedy first token (zero
-where they are the same token), and ``previous``, the count ``n``'s first token against ``n − 1``'s (prompts
-with ``n >= 1`` whose two answers start with different tokens). A prompt set whose answers all start with one
-token (the plain template on a tokenizer that writes its leading space alone) is refused before any weights load. The embeddings, the attention and MLP writes and the constant of the read-out (``bias``, a
+the real residual and through the unembedding, and scored on two logit differences, each read at the first
+answer position where its two answers differ (:func:`countlens.llm.answers.divergence`; 0 = the boundary's next
+token): ``answer``, the correct count's token against the model's own greedy token where the greedy answer first
+departs from the correct one (zero where it never does), and ``previous``, the count ``n``'s token against
+``n − 1``'s (prompts with ``n >= 1``). Answers that share their first tokens — "11" and "10" on a tokenizer that
+writes digits one by one, or every answer under the plain template where the leading space is a token of its
+own — are read after those tokens: one more pass of the prompt with the shared tokens appended (teacher-forced)
+records the writes at that position; the position read is recorded (``answer_position``,
+``previous_position``). The embeddings, the attention and MLP writes and the constant of the read-out (``bias``, a
 LayerNorm's shift or an unembedding bias; absent where the model has none) sum to the model's own logit
 difference (``total``); the heads split their block's attention write (minus the projection's bias).
 
@@ -30,7 +34,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from countlens.core.errors import ConfigError, literal
+from countlens.core.errors import ConfigError
 from countlens.core.fields import AtLeast, Nested, OneOf, check_fields
 from countlens.core.options import ExperimentConfig
 from countlens.core.registry import Experiment, declare
@@ -43,6 +47,7 @@ from countlens.llm.answers import (
     candidate_token_ids,
     checked_candidates,
     counts_with_previous,
+    divergence,
     normalised_ld,
     number_continuations,
     parse_answer,
@@ -57,9 +62,12 @@ from countlens.llm.components.ablation import (
     component_setter,
     patched_step_scores,
     site_values,
+    twin_boundary_scores,
 )
 from countlens.llm.components.attribution import (
+    BoundaryWrites,
     ComponentPass,
+    FrozenNorm,
     attributed_differences,
     boundary_writes,
     first_token_rows,
@@ -151,9 +159,11 @@ class ComponentsConfig(ExperimentConfig):
 class ComponentsPlan:
     """A checked Figure 14 run before any weights are read: the model's files and tokenizer, its architecture
     and hook sites (attention and MLP writes, the heads' projection input), its blocks and heads, the prompts
-    and each one's first tokens (the correct count's, ``n − 1``'s, or ``None`` for ``n = 0`` and where ``n − 1``'s
-    answer starts with ``n``'s token, as ``"11"`` and ``"10"`` do on a tokenizer that writes digits one by one:
-    their difference would be zero whatever the model does)."""
+    and each one's answer tokens (``correct``: the count's; ``previous``: ``n − 1``'s, ``None`` for ``n = 0`` and
+    where one of the two answers begins the other, :func:`~countlens.llm.answers.divergence`). Answers sharing
+    their first tokens (``"11"`` and ``"10"`` on a tokenizer that writes digits one by one, or a space token
+    before every answer under the plain template) are read where they first differ
+    (:func:`answer_reads`)."""
 
     config: ComponentsConfig
     ref: ModelRef
@@ -163,8 +173,8 @@ class ComponentsPlan:
     n_blocks: int
     n_heads: int
     prompts: list[Prompt]
-    correct: list[int]
-    previous: list[int | None]
+    correct: list[tuple[int, ...]]
+    previous: list[tuple[int, ...] | None]
     ablated: list[int]
     twins: list[Prompt]
     layers: list[int] = field(default_factory=list)
@@ -200,9 +210,8 @@ def plan_components(config: ComponentsConfig, progress: bool = False,
         raise ConfigError("L", f"the longest prompt and its answer take {needed} tokens but the model's context is "
                                f"{n_ctx}; lower {{L}}")
     counts = counts_with_previous({p.n for p in prompts})
-    first = {k: c[0] for k, c in zip(counts, checked_candidates(tokenizer, counts, config.prompts.template),
-                                     strict=True)}
-    _check_first_tokens(first, config.prompts.template)
+    answers = {k: tuple(c) for k, c in zip(counts, checked_candidates(tokenizer, counts, config.prompts.template),
+                                           strict=True)}
     eligible = [i for i, p in enumerate(prompts) if p.n >= 1]
     count = min(int(config.ablate_prompts), len(eligible))
     ablated = [eligible[j] for j in np.unique(np.linspace(0, len(eligible) - 1, count).round().astype(int))] \
@@ -212,36 +221,29 @@ def plan_components(config: ComponentsConfig, progress: bool = False,
         k_of[i] = seen[(p.seed, p.config, p.pair, p.n)]
         seen[(p.seed, p.config, p.pair, p.n)] += 1
     twins = [corrupted_twin(tokenizer, prompts[i], k_of[i], config.prompts, config.flip).corrupt for i in ablated]
+    previous = [answers[p.n - 1] if p.n >= 1 and divergence([answers[p.n], answers[p.n - 1]]).readable else None
+                for p in prompts]
     return ComponentsPlan(config, ref, tokenizer, architecture, (attn_out, mlp_out, attn_z), n_blocks, n_heads,
-                          prompts, [first[p.n] for p in prompts],
-                          [first[p.n - 1] if p.n >= 1 and first[p.n - 1] != first[p.n] else None for p in prompts],
-                          ablated, twins, layers)
-
-
-def _check_first_tokens(first: dict[int, int], template: str) -> None:
-    """``ConfigError("template")`` where every count's answer starts with the same token (``first``: count ->
-    its answer's first token id): the direct logit attribution reads the boundary's next token, which could then
-    not tell any count from another (the plain template's answers begin with a space that some tokenizers write
-    as a token of its own)."""
-    if len(first) < 2 or len(set(first.values())) > 1:
-        return
-    fix = "use {template:chat}" if template == "plain" else "choose {counts} whose answers start with other tokens"
-    token = next(iter(first.values()))
-    raise ConfigError("template", f"every answer of {{counts}} starts with the same token (id {token}) under "
-                                  f"{{template}} {literal(template)}: the boundary's next token, which the direct "
-                                  f"logit attribution reads, cannot tell the counts apart; {fix}", also=("counts",))
+                          prompts, [answers[p.n] for p in prompts], previous, ablated, twins, layers)
 
 
 @dataclass
 class ComponentsResult(Result):
     """Figure 14. ``rows`` (``components.csv``): one record per prompt (``prompt_id``: its index in
-    ``prompts``, ``n``), logit difference (``target``: ``answer`` — the correct count's first token against the
-    model's greedy first token — or ``previous`` — ``n``'s against ``n − 1``'s, where they differ) and component (``layer``:
+    ``prompts``, ``n``), logit difference (``target``: ``answer`` — the correct count's token against the model's
+    greedy token where the greedy answer first departs from the correct one — or ``previous`` — ``n``'s token
+    against ``n − 1``'s where the two answers first differ; each read at that answer position, the answer's
+    tokens before it teacher-forced) and component (``layer``:
     0-based block, empty for ``embed`` and ``bias``; ``kind``: ``embed``, ``attn``, ``mlp``, ``head``, ``bias``;
     ``head``: empty unless a head), its direct contribution in nats and the model's real logit difference
     (``total``). The ``embed``, ``attn``, ``mlp`` and ``bias`` rows of one prompt and target sum to its
     ``total``; the ``head`` rows of a block sum to its ``attn`` row minus the projection's bias. ``prompts``:
-    one record per prompt (its text, the greedy answer and the tokens compared). ``summary``: per target the
+    one record per prompt (its text, the greedy answer, the tokens compared, ``correct_token`` against
+    ``answer_token`` and against ``previous_token``, and the answer positions they were read at,
+    ``answer_position`` and ``previous_position``: 0 the boundary's next token, ``j`` after the answer's first
+    ``j`` tokens; no ``answer`` — ``answer_position`` and ``ld_answer`` empty — where the greedy answer begins
+    with the whole correct one and goes on with a digit, "12" for "1": no one token stands for the correct
+    answer there). ``summary``: per target the
     number of prompts, the mean ``total``, the ``embed`` and ``bias`` means, per block the mean and std over
     prompts of its ``attn`` and ``mlp`` contributions (``layers``), and the ``heads`` with the largest
     |mean contribution| (:meth:`top_heads`). ``ablation`` (``ablation.csv``): one record per ablated
@@ -321,39 +323,98 @@ class ComponentsResult(Result):
         return out
 
 
-def _batch_rows(plan: ComponentsPlan, ids: list[int], writes, logits: np.ndarray, greedy: np.ndarray,
-                head, frozen) -> tuple[list[dict[str, Any]], dict[int, dict[str, float]]]:
-    """The CSV records and the real logit differences of one batch (prompt ids ``ids``)."""
-    N, L, H = len(ids), plan.n_blocks, plan.n_heads
-    tokens = np.array([[plan.correct[i], greedy[j], plan.previous[i] if plan.previous[i] is not None
-                        else plan.correct[i]] for j, i in enumerate(ids)], dtype=np.int64)  # (N, 3)
-    read = first_token_rows(head, tokens)
-    parts, constant = token_parts(writes.writes, frozen, read)  # (N, 1 + 2L, 3), (N, 3)
-    head_parts, _ = token_parts(writes.heads.reshape(N, L * H, -1), frozen, read)  # (N, L * H, 3)
-    has_constant = bool(np.any(frozen.shift != 0) or np.any(read.bias != 0))
-    real = logits[np.arange(N)[:, None], tokens]  # (N, 3) the model's own logits of the three tokens
-    rows, totals = [], {i: {} for i in ids}
-    for target, (a, b) in zip(TARGETS, ((0, 1), (0, 2)), strict=True):
-        shares, const = attributed_differences(parts, constant, read.softcap, a, b)
-        head_shares, _ = attributed_differences(head_parts, constant, read.softcap, a, b, total_parts=parts)
-        for j, i in enumerate(ids):
-            p = plan.prompts[i]
-            if target == "previous" and plan.previous[i] is None:
-                continue
-            total = float(real[j, a] - real[j, b])
-            totals[i][target] = total
+@dataclass(frozen=True)
+class AnswerRead:
+    """One logit difference the attribution reads: prompt ``prompt_id``'s ``target`` at answer position
+    ``position`` (0: the boundary's next token; ``j``: the next token after the answer's first ``j`` tokens,
+    ``prefix``, teacher-forced), token ``a`` against token ``b`` (``None``: the model's own greedy token there,
+    the argmax of the read's logits)."""
 
-            def row(layer, kind, h, value, i=i, p=p, total=total, target=target):
-                return {"prompt_id": i, "n": p.n, "target": target, "layer": layer, "kind": kind, "head": h,
-                        "contribution": float(value), "total": total}
-            rows.append(row(None, "embed", None, shares[j, 0]))
-            for b_ in range(L):
-                rows.append(row(b_, "attn", None, shares[j, 1 + 2 * b_]))
-                rows.append(row(b_, "mlp", None, shares[j, 2 + 2 * b_]))
-                rows.extend(row(b_, "head", h, head_shares[j, b_ * H + h]) for h in range(H))
-            if has_constant:
-                rows.append(row(None, "bias", None, const[j]))
-    return rows, totals
+    prompt_id: int
+    target: str
+    position: int
+    prefix: tuple[int, ...]
+    a: int
+    b: int | None
+
+
+def answer_reads(plan: ComponentsPlan, i: int, generated: list[int],
+                 continuation: frozenset[int] = frozenset()) -> list[AnswerRead]:
+    """The reads of prompt ``i`` whose greedy answer is ``generated`` (token ids, the stop token excluded), each
+    where its two answers first differ (:func:`~countlens.llm.answers.divergence`): ``answer``, the correct
+    count's tokens against the model's own greedy answer, at the first position of the correct answer where the
+    greedy one departs from it (a greedy answer that begins with the whole correct answer and ends the number
+    there departs nowhere: read at the boundary, the same token twice, zero; one that goes on with a token of
+    ``continuation``, the tokens that continue a number — "12" for the correct "1" — has no one token there that
+    stands for the correct answer: no ``answer`` read); ``previous``, ``n``'s tokens against ``n − 1``'s (where the
+    plan has them)."""
+    correct = plan.correct[i]
+    departs = [j for j in range(len(correct)) if j >= len(generated) or int(generated[j]) != correct[j]]
+    goes_on = not departs and len(generated) > len(correct) and int(generated[len(correct)]) in continuation
+    j = departs[0] if departs else 0
+    reads = [] if goes_on else [AnswerRead(i, "answer", j, correct[:j], correct[j], None)]
+    other = plan.previous[i]
+    if other is not None:
+        k = divergence([correct, other]).position
+        reads.append(AnswerRead(i, "previous", k, correct[:k], correct[k], other[k]))
+    return reads
+
+
+def _read_rows(plan: ComponentsPlan, reads: list[AnswerRead], at: np.ndarray, writes: BoundaryWrites,
+               logits: np.ndarray, head, frozen) -> tuple[list[dict[str, Any]], list[tuple[int, int, float]]]:
+    """The CSV records of ``reads``, read ``i`` from row ``at[i]`` of a pass's ``writes`` (its real logits
+    ``logits`` (N, V), its frozen final norm ``frozen``), and per read ``(a, b, total)``: the tokens compared
+    and the model's real logit difference of the two (nats)."""
+    L, H = plan.n_blocks, plan.n_heads
+    at = np.asarray(at, dtype=np.int64)
+    N = len(at)
+    b_ids = [r.b if r.b is not None else int(np.argmax(logits[k])) for r, k in zip(reads, at, strict=True)]
+    tokens = np.array([[r.a, b] for r, b in zip(reads, b_ids, strict=True)], dtype=np.int64)  # (N, 2)
+    read = first_token_rows(head, tokens)
+    norm = FrozenNorm(frozen.gain, frozen.shift, frozen.centred, frozen.scale[at])
+    parts, constant = token_parts(writes.writes[at], norm, read)  # (N, 1 + 2L, 2), (N, 2)
+    head_parts, _ = token_parts(writes.heads[at].reshape(N, L * H, -1), norm, read)  # (N, L * H, 2)
+    has_constant = bool(np.any(frozen.shift != 0) or np.any(read.bias != 0))
+    real = logits[at[:, None], tokens]  # (N, 2) the model's own logits of the two tokens
+    shares, const = attributed_differences(parts, constant, read.softcap, 0, 1)
+    head_shares, _ = attributed_differences(head_parts, constant, read.softcap, 0, 1, total_parts=parts)
+    rows, compared = [], []
+    for j, r in enumerate(reads):
+        p = plan.prompts[r.prompt_id]
+        total = float(real[j, 0] - real[j, 1])
+        compared.append((int(tokens[j, 0]), int(tokens[j, 1]), total))
+
+        def row(layer, kind, h, value, r=r, p=p, total=total):
+            return {"prompt_id": r.prompt_id, "n": p.n, "target": r.target, "layer": layer, "kind": kind, "head": h,
+                    "contribution": float(value), "total": total}
+        rows.append(row(None, "embed", None, shares[j, 0]))
+        for b_ in range(L):
+            rows.append(row(b_, "attn", None, shares[j, 1 + 2 * b_]))
+            rows.append(row(b_, "mlp", None, shares[j, 2 + 2 * b_]))
+            rows.extend(row(b_, "head", h, head_shares[j, b_ * H + h]) for h in range(H))
+        if has_constant:
+            rows.append(row(None, "bias", None, const[j]))
+    return rows, compared
+
+
+def _prefixed_pass(model, plan: ComponentsPlan, sequences: list[list[int]], pad_id: int, head):
+    """Every write at the last position of each token list of ``sequences`` (a prompt and an answer prefix), one
+    left-padded pass under :class:`~countlens.llm.components.attribution.ComponentPass`: ``(writes, logits (N, V)
+    float64, frozen final norm)``."""
+    import torch
+
+    device = model.get_input_embeddings().weight.device
+    T = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), T), pad_id, dtype=torch.long, device=device)
+    mask = torch.zeros((len(sequences), T), dtype=torch.long, device=device)
+    for row, s in enumerate(sequences):
+        ids[row, T - len(s):] = torch.tensor(s, dtype=torch.long)
+        mask[row, T - len(s):] = 1
+    rec = ComponentPass(model, *plan.sites)
+    with rec:
+        model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0), use_cache=False)
+    return (boundary_writes(model, rec, plan.n_heads), head.logits(rec.last).double().cpu().numpy(),
+            frozen_norm(head.norm, rec.last))
 
 
 def _whole_pass_scores(plan: ComponentsPlan, model, clean: list[Prompt], cands, write_means: np.ndarray,
@@ -406,8 +467,9 @@ def _position_means(model, prompts: list[Prompt], sites, z_sites) -> tuple[np.nd
 def _ablate(plan: ComponentsPlan, model, tok, write_means: np.ndarray, z_means: np.ndarray, pad_id: int, B: int,
             records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[int]]:
     """The ablation records (see :class:`ComponentsResult`) and candidate counts; adds each ablated prompt's
-    clean and twin scores to its record in ``records``. The boundary mean-ablation runs from each prompt's
-    key/value cache (one boundary step per component); the other sources and scopes run whole prompt passes."""
+    clean and twin scores to its record in ``records``. At the boundary both sources run from each prompt's
+    key/value cache (one boundary step per component, :mod:`countlens.llm.boundary`); at every position
+    (``scope`` ``all``) whole prompt passes."""
     L, H, layers = plan.n_blocks, plan.n_heads, plan.layers
     clean = [plan.prompts[i] for i in plan.ablated]
     n = np.array([p.n for p in clean])
@@ -422,6 +484,11 @@ def _ablate(plan: ComponentsPlan, model, tok, write_means: np.ndarray, z_means: 
         rows = [2 * b + k for b in layers for k in (0, 1)]
         s_writes = ablated_component_scores(model, clean, cands, sites, write_means[rows], pad_id, B)  # (A, 2B', K)
         s_heads, _ = ablated_scores(model, clean, cands, hook_sites(layers, L, attn_z), z_means, H, pad_id, B)
+    elif plan.config.scope == "boundary":  # the twin's writes at the boundary: the boundary-step runner too
+        sites = [s for b in layers for s in (hook_sites([b], L, attn_out)[0], hook_sites([b], L, mlp_out)[0])]
+        twins = [plan.twins[a] for a in range(len(clean))]
+        s_writes, s_heads = twin_boundary_scores(model, clean, twins, cands, sites, hook_sites(layers, L, attn_z),
+                                                 H, pad_id, B)
     else:
         s_writes, s_heads = _whole_pass_scores(plan, model, clean, cands, write_means, z_means, B)
     ld_clean, ld_twin = logit_difference(s_clean, at, before), logit_difference(s_twin, at, before)
@@ -450,6 +517,35 @@ def _ablate(plan: ComponentsPlan, model, tok, write_means: np.ndarray, z_means: 
     return out, counts
 
 
+def _answer_rows(plan: ComponentsPlan, model, reads: list[tuple[int, AnswerRead]], writes: BoundaryWrites,
+                 logits: np.ndarray, head, frozen, pad_id: int, B: int):
+    """The CSV records of one batch's ``reads`` (``(row of the batch's boundary pass, read)``) and per
+    ``(prompt_id, target)`` its ``(a, b, total)``: the reads at the boundary from the batch's pass (``writes``,
+    ``logits``, ``frozen``), the others from passes of their prompts with the answer's shared prefix appended
+    (:func:`_prefixed_pass`, ``B`` sequences at a time; a prompt's ``answer`` and ``previous`` share one where
+    their prefixes agree)."""
+    here = [(j, r) for j, r in reads if r.position == 0]
+    rows, compared = [], {}
+    if here:
+        got, pairs = _read_rows(plan, [r for _, r in here], np.array([j for j, _ in here]), writes, logits, head,
+                                frozen)
+        rows.extend(got)
+        compared.update({(r.prompt_id, r.target): c for (_, r), c in zip(here, pairs, strict=True)})
+    later = [r for _, r in reads if r.position > 0]
+    keys = list(dict.fromkeys((r.prompt_id, r.prefix) for r in later))
+    for start in range(0, len(keys), B):
+        chunk = keys[start:start + B]
+        where = {key: k for k, key in enumerate(chunk)}
+        mine = [r for r in later if (r.prompt_id, r.prefix) in where]
+        sequences = [list(plan.prompts[i].ids) + list(prefix) for i, prefix in chunk]
+        w, lg, fz = _prefixed_pass(model, plan, sequences, pad_id, head)
+        got, pairs = _read_rows(plan, mine, np.array([where[(r.prompt_id, r.prefix)] for r in mine]), w, lg, head,
+                                fz)
+        rows.extend(got)
+        compared.update({(r.prompt_id, r.target): c for r, c in zip(mine, pairs, strict=True)})
+    return rows, compared
+
+
 def run_components(config: ComponentsConfig, *, loaded: LoadedModel | None = None, progress: bool = False,
                    pool: ModelPool | None = None) -> ComponentsResult:
     """Figure 14 (:mod:`countlens.llm.components.attribution`): per left-padded batch one prompt pass that
@@ -467,6 +563,7 @@ def run_components(config: ComponentsConfig, *, loaded: LoadedModel | None = Non
         raise RuntimeError("the loaded model's blocks differ from its config's")
     head = output_head(model, "model")
     pad_id, stop = pad_token_id(tok), stop_token_ids(model, tok)
+    continuation = frozenset(int(t) for t in number_continuations(tok))
     device = model.get_input_embeddings().weight.device
     template, B = config.prompts.template, int(config.batch_size)
     rows: list[dict[str, Any]] = []
@@ -481,23 +578,27 @@ def run_components(config: ComponentsConfig, *, loaded: LoadedModel | None = Non
             rec = ComponentPass(model, *plan.sites)
             out = answer_batch(model, batch, mask, [answer_token_ids(tok, p.n, template) for p in group], stop,
                                ANSWER_TOKENS, pad_id, prompt_context=rec,
-                               continuation=number_continuations(tok))
+                               continuation=np.array(sorted(continuation), dtype=np.int64))
             writes = boundary_writes(model, rec, plan.n_heads)
             write_sum = write_sum + writes.writes.sum(axis=0)  # (1 + 2L, d)
             z_sum = z_sum + rec.z.double().sum(dim=0).cpu().numpy()  # (L, H * hd)
             logits = head.logits(rec.last).double().cpu().numpy()  # (N, V): the model's own boundary logits
-            greedy = logits.argmax(axis=1)
             frozen = frozen_norm(head.norm, rec.last)
-            got, totals = _batch_rows(plan, ids, writes, logits, greedy, head, frozen)
+            reads = [(j, r) for j, i in enumerate(ids) for r in answer_reads(plan, i, out.tokens[j], continuation)]
+            got, compared = _answer_rows(plan, model, reads, writes, logits, head, frozen, pad_id, B)
             rows.extend(got)
-            for j, (i, p, text) in enumerate(zip(ids, group, out.texts(tok), strict=True)):
+            for i, p, text in zip(ids, group, out.texts(tok), strict=True):
+                seen = {r.target: (r, compared[(i, r.target)]) for _, r in reads if r.prompt_id == i}
+                ans, prev = seen.get("answer"), seen.get("previous")
                 records.append({"prompt_id": i, "n": p.n, "m": p.m, "pair": p.pair, "config": p.config,
                                 "seed": p.seed, "text": p.prompt, "answer_text": text, "answer": parse_answer(text),
-                                "correct_token": tok.decode([plan.correct[i]]),
-                                "answer_token": tok.decode([int(greedy[j])]),
-                                "previous_token": None if plan.previous[i] is None
-                                else tok.decode([plan.previous[i]]),
-                                "ld_answer": totals[i].get("answer"), "ld_previous": totals[i].get("previous"),
+                                "correct_token": tok.decode([plan.correct[i][0] if ans is None else ans[1][0]]),
+                                "answer_token": None if ans is None else tok.decode([ans[1][1]]),
+                                "answer_position": None if ans is None else ans[0].position,
+                                "previous_token": None if prev is None else tok.decode([prev[1][1]]),
+                                "previous_position": None if prev is None else prev[0].position,
+                                "ld_answer": None if ans is None else ans[1][2],
+                                "ld_previous": None if prev is None else prev[1][2],
                                 "ablated": False, "ablation_ld_clean": None, "ablation_ld_twin": None,
                                 "expected_clean": None})
             bar.update(len(ids))
@@ -531,5 +632,5 @@ declare(Experiment(
     cli="countlens.llm.components.cli"))
 
 
-__all__ = ["component_sites", "TARGETS", "KINDS", "ComponentsConfig", "ComponentsPlan", "ComponentsResult", "plan_components",
+__all__ = ["component_sites", "TARGETS", "KINDS", "ComponentsConfig", "ComponentsPlan", "ComponentsResult", "plan_components", "AnswerRead", "answer_reads",
            "run_components"]

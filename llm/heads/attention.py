@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from countlens.llm.answers import cached_forward, score_candidates, select_cache_rows
+from countlens.llm.boundary import PrefixBatch
 from countlens.llm.capture.residuals import find_blocks, pad_batch
 from countlens.llm.hooks import HookSet, HookSite, attention_pattern_site, hook_sites
 from countlens.llm.patching.edits import Patch, Setter
@@ -266,37 +266,6 @@ class Readout:
     def keep(self, hidden) -> None:
         x = hidden[:, -1].detach().double().cpu().numpy()  # (R, d)
         self.values = x @ self.coef + self.intercept
-
-
-class PrefixBatch:
-    """A left-padded batch of prompts run up to (not including) its boundary: the KV cache of every earlier
-    position, from which the boundary is one single-token step (clean or ablated)."""
-
-    def __init__(self, model, prompts, pad_id: int):
-        device = model.get_input_embeddings().weight.device
-        self.model = model
-        self.ids, self.mask, _ = pad_batch(prompts, pad_id, "left", device)
-        self.positions = (self.mask.long().cumsum(-1) - 1).clamp(min=0)
-        _, self.cache = cached_forward(model, self.ids[:, :-1], self.mask[:, :-1], self.positions[:, :-1], last_only=True)
-
-    def step(self, rows, candidates, context=None, readout: Readout | None = None):
-        """The boundary step of the batch rows ``rows`` (repeats allowed; each gets a copy of its prompt's
-        cache) under ``context`` (hooks active during the step only): ``(log p(candidate) (R, K) float64,
-        read-out (R,) or None)``; ``candidates``: one list of K token lists per row."""
-        import torch
-
-        rows = torch.as_tensor(rows, dtype=torch.long, device=self.ids.device)
-        cache = select_cache_rows(self.cache, rows)
-        mask, last = self.mask[rows], self.positions[rows, -1:]
-        blocks = find_blocks(self.model)
-        with contextlib.ExitStack() as stack:
-            if readout is not None:
-                stack.enter_context(HookSet(blocks).attach([(readout.site, readout.keep)]))
-            if context is not None:
-                stack.enter_context(context)
-            logits, cache = cached_forward(self.model, self.ids[rows, -1:], mask, last, cache, last_only=True)
-        scores = score_candidates(self.model, logits, cache, mask, last, candidates)
-        return scores, (None if readout is None else readout.values.copy())
 
 
 def boundary_scores(model, prompts, candidates, pad_id: int, batch_size: int = 8,

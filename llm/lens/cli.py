@@ -47,8 +47,11 @@ def cmd_lens(args) -> int:
     result.save(args.out)
     draw_lens(result, args.out)
     tuned = max(result.locations, key=lambda loc: -1e9 if loc["tuned"]["logprob"] is None else loc["tuned"]["logprob"])
-    print(f"lenses at {len(result.locations)} locations on {result.split['n_test']} test prompts; the tuned lens "
-          f"reads the correct first token best at {tuned['label']} (log p {tuned['tuned']['logprob']:.3f}; the "
+    at = result.read_at["answer_position"]
+    where = f" (read at answer position {at}, after {result.read_at['prefix_text']!r}: every answer begins with it)" \
+        if at else ""
+    print(f"lenses at {len(result.locations)} locations on {result.split['n_test']} test prompts{where}; the tuned "
+          f"lens reads the correct first token best at {tuned['label']} (log p {tuned['tuned']['logprob']:.3f}; the "
           f"model's own {result.model_readout['logprob']:.3f}) -> {args.out}")
     return 0
 

@@ -4,7 +4,11 @@ in :mod:`countlens.llm.lens.readout`.
 
 No prompt is run: the capture already holds every location's boundary vector, and the model's own
 next-token logits at the boundary are its last location read through its final norm and unembedding. The
-model is loaded for its head only (the final norm and the output embedding)."""
+model is loaded for its head only (the final norm and the output embedding) — but where every candidate answer
+begins with the same tokens (the plain template's space token before the digits, on tokenizers that write it
+alone), the boundary's next token cannot tell the counts apart: the capture's prompts then run again with those
+tokens appended, and every location is read at the last of them (:func:`prefixed_vectors`; ``read_at`` says
+where)."""
 
 from __future__ import annotations
 
@@ -48,6 +52,7 @@ if TYPE_CHECKING:
 
 LENSES = ("logit", "tuned")
 TUNED_ALPHAS = tuple(np.logspace(-4, 2, 13).tolist())  # relative ridge coefficients (multiples of n_train)
+PREFIXED_BATCH = 8  # prompts per pass where the lens runs them again with the answers' shared tokens appended
 LENS_FRACTIONS = (0.6, 0.2, 0.2)  # the probes' train / validation / test split (countlens.probes.split_rows)
 
 
@@ -108,7 +113,10 @@ class LensResult(Result):
     :func:`~countlens.llm.lens.readout.direction_cosines` without the per-token cosines, and ``random``, the
     random baseline of each row set. ``model_readout``: the model's own read-out on the test prompts.
     ``rows`` (``lens.csv``): one record per (test prompt, location, lens); ``angle_rows`` (``angles.csv``):
-    one per (location, direction, number token) with its signed cosines."""
+    one per (location, direction, number token) with its signed cosines. ``read_at``: where the vectors were
+    read — ``answer_position`` 0, the boundary (the capture's own vectors); ``j`` > 0 where every candidate answer
+    begins with the same ``j`` tokens ``prefix`` (``prefix_text``), the vectors then those of the capture's
+    prompts with the prefix appended, at its last token (:func:`prefixed_vectors`)."""
 
     FILE: ClassVar[str] = "lens.json"
     CSV: ClassVar[str] = "lens.csv"
@@ -126,6 +134,7 @@ class LensResult(Result):
     locations: list[dict[str, Any]]
     rows: list[dict[str, Any]]
     angle_rows: list[dict[str, Any]]
+    read_at: dict[str, Any] = field(default_factory=lambda: {"answer_position": 0, "prefix": [], "prefix_text": ""})
     seconds: float = 0.0
     provenance: dict[str, Any] = field(default_factory=dict)
 
@@ -261,8 +270,11 @@ def _run_lens(config: LensConfig, loaded: LoadedModel | None, progress: bool, po
     tokens = first_tokens(_candidates(loaded.tokenizer, counts, meta.template or "chat", where), counts,
                           head.vocab_size, where)
     subset = capture.select(rows) if len(rows) != len(capture) else capture
-    acts = subset.all_acts(np.float32)  # (P, locations, d)
     n = subset.counts().astype(np.int64)
+    if tokens.position:  # every answer begins with the same tokens: read after them, not at the boundary
+        acts = prefixed_vectors(loaded, subset, tokens.prefix)
+    else:
+        acts = subset.all_acts(np.float32)  # (P, locations, d)
     train, val, test = parts
     model_test = read_through(head, acts[test, last], tokens, n[test])
     model_val = first_logits(head, acts[val, last], tokens)
@@ -282,6 +294,8 @@ def _run_lens(config: LensConfig, loaded: LoadedModel | None, progress: bool, po
         angle_rows.extend({"location": names[i], "location_index": i, **r} for r in mine)
         locations.append(entry)
     number_tokens = [{"id": int(t), "text": loaded.tokenizer.decode([int(t)])} for t in tokens.distinct]
+    read_at = {"answer_position": tokens.position, "prefix": [int(t) for t in tokens.prefix],
+               "prefix_text": loaded.tokenizer.decode(list(tokens.prefix))}
     for r in angle_rows:
         r["token_text"] = number_tokens[r["token"]]["text"]
         r["token"] = number_tokens[r["token"]]["id"]
@@ -290,8 +304,46 @@ def _run_lens(config: LensConfig, loaded: LoadedModel | None, progress: bool, po
         single_token=[int(k) for k in tokens.counts[tokens.single]], number_tokens=number_tokens,
         split={"seed": int(config.seed), "n_train": len(train), "n_val": len(val), "n_test": len(test)},
         model_readout={**readout_summary(model_test, n[test], tokens), "kl": 0.0}, locations=locations,
-        rows=lens_rows, angle_rows=angle_rows, seconds=round(time.perf_counter() - started, 3),
+        rows=lens_rows, angle_rows=angle_rows, read_at=read_at, seconds=round(time.perf_counter() - started, 3),
         provenance=result_provenance(config))
+
+
+def prefixed_vectors(loaded: LoadedModel, capture: Capture, prefix, batch_size: int = PREFIXED_BATCH) -> np.ndarray:
+    """(P, locations, d) float32: each of the capture's locations at the last token of ``prefix`` (the tokens
+    every candidate answer begins with) appended to each of its boundary rows' prompts — the prompts rebuilt
+    from its settings (:func:`countlens.llm.capture.experiment.capture_prompts`), ``batch_size`` left-padded at a
+    time, matched to the rows by their text and count. ``ConfigError("acts")`` where a row's prompt is not among
+    them."""
+    import torch
+
+    from countlens.llm.capture.experiment import capture_prompts
+    from countlens.llm.capture.residuals import BoundaryCapture, pad_token_id
+    from countlens.llm.prompts import build_prompts
+
+    meta = capture.meta
+    by_text = {(p.prompt, int(p.n)): p for p in build_prompts(loaded.tokenizer, capture_prompts(meta))}
+    keys = list(zip((str(t) for t in capture.column("prompt")), (int(n) for n in capture.column("n")), strict=True))
+    missing = [k for k in keys if k not in by_text]
+    if missing:
+        raise ConfigError("acts", "every candidate answer begins with the same tokens, so the lens reads after "
+                                  f"them, but {len(missing)} of {{acts}}'s prompts are not among those rebuilt from "
+                                  "its settings; capture again")
+    prompts = [by_text[k] for k in keys]  # in the capture's row order
+    names = location_names(int(meta.n_blocks))
+    hooks = BoundaryCapture(loaded.model, [names.index(x) for x in meta.locations])
+    pad_id = pad_token_id(loaded.tokenizer)
+    device = loaded.model.get_input_embeddings().weight.device
+    out = []
+    with torch.inference_mode(), hooks:
+        for start in range(0, len(prompts), batch_size):
+            seqs = [list(p.ids) + list(prefix) for p in prompts[start:start + batch_size]]
+            T = max(len(x) for x in seqs)
+            ids = torch.full((len(seqs), T), pad_id, dtype=torch.long)
+            mask = torch.zeros((len(seqs), T), dtype=torch.long)
+            for r, x in enumerate(seqs):
+                ids[r, T - len(x):], mask[r, T - len(x):] = torch.tensor(x), 1
+            out.append(hooks.run(ids.to(device), mask.to(device), torch.full((len(seqs),), T - 1)).numpy())
+    return np.concatenate(out)
 
 
 def _angles(head, tokens: FirstTokens, acts: np.ndarray, n: np.ndarray, probe: np.ndarray | None,
@@ -331,5 +383,5 @@ declare(Experiment(
 
 
 __all__ = ["LENSES", "TUNED_ALPHAS", "LENS_FRACTIONS", "LensConfig", "LensResult", "capture_settings",
-           "last_location", "candidate_counts", "preflight_lens", "probe_coefficients", "boundary_rows", "run_lens",
+           "last_location", "candidate_counts", "preflight_lens", "PREFIXED_BATCH", "prefixed_vectors", "probe_coefficients", "boundary_rows", "run_lens",
            "lens_summary", "lens_record"]

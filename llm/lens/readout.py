@@ -8,12 +8,16 @@ grid from one thin SVD of the standardised design — the project's ridge path, 
 for many outputs). At the last location the logit lens *is* the model's own next-token logits.
 
 **What is read** (:func:`first_token_readout`): the boundary's next-token distribution says only which token
-the answer starts with. Per prompt, over the candidate answers (each count ``k``'s answer tokens,
+the answer starts with. Where every answer begins with the same tokens (the space token before the digits of
+the plain template's answers, on tokenizers that write it alone) the read moves to the first answer position
+where they differ (:func:`first_tokens`, :func:`countlens.llm.answers.divergence`): the vectors read are then
+those of the prompt with the shared tokens appended, and "first token" below means the token at that
+position. Per prompt, over the candidate answers (each count ``k``'s answer tokens,
 :func:`countlens.llm.answers.candidate_token_ids`): ``logprob``, log p(the correct count's first token)
 over the whole vocabulary; ``rank``, that token's rank among the candidates' distinct first tokens (1 = the
 most likely); ``expected``, Σ k p(k) over the *single-token* candidates (p normalised over them; in a
-vocabulary that splits numbers into digits these are the counts 0..9). A vocabulary where every answer
-starts with the same token (a leading space of its own) leaves nothing to read: refused.
+vocabulary that splits numbers into digits these are the counts 0..9). Answers that no one token at any
+position tells apart are refused.
 
 **Count directions** (:func:`count_slope`, :func:`direction_cosines`): the mean-difference direction ``v``
 is the least-squares slope of the count centroids ``c_n`` on ``n`` (adding ``Δ v`` moves a vector as far
@@ -133,15 +137,19 @@ def output_head(model, field: str = "acts") -> OutputHead:
 
 @dataclass
 class FirstTokens:
-    """What the boundary's next token can say about the answer. ``counts`` (K,) the candidate counts;
-    ``first`` (K,) each answer's first token id; ``distinct`` the distinct first tokens in order of first
-    appearance (the *number tokens* whose unembedding rows the count directions are compared with);
-    ``single`` (K,) whether the answer is that one token (the candidates of the expected count)."""
+    """What the next token at the answer's first differing position can say about the answer. ``counts`` (K,)
+    the candidate counts; ``first`` (K,) each answer's token at that position; ``distinct`` the distinct such
+    tokens in order of first appearance (the *number tokens* whose unembedding rows the count directions are
+    compared with); ``single`` (K,) whether the answer ends with that token (the candidates of the expected
+    count). ``position``: the answer position read (:func:`countlens.llm.answers.divergence`; 0 = the
+    boundary's next token), after ``prefix``, the tokens every answer begins with (teacher-forced)."""
 
     counts: np.ndarray
     first: np.ndarray
     distinct: np.ndarray
     single: np.ndarray
+    position: int = 0
+    prefix: tuple[int, ...] = ()
 
     def index_of(self, correct: Sequence[int]) -> np.ndarray:
         """Per row the index into ``counts`` of its correct count (-1 where it is no candidate)."""
@@ -151,23 +159,37 @@ class FirstTokens:
 
 def first_tokens(candidates: Sequence[Sequence[int]], counts: Sequence[int], vocab_size: int,
                  field: str = "counts") -> FirstTokens:
-    """:class:`FirstTokens` of the candidates' token ids (:func:`countlens.llm.answers.candidate_token_ids`);
-    ``ConfigError(field)`` for a token beyond the unembedding's ``vocab_size`` rows, or when every answer
-    starts with the same token (nothing to read at the boundary)."""
+    """:class:`FirstTokens` of the candidates' token ids (:func:`countlens.llm.answers.candidate_token_ids`),
+    read at the first answer position where they differ (:func:`countlens.llm.answers.divergence`: after a
+    space token every answer of the plain template begins with, on tokenizers that write it alone);
+    ``ConfigError(field)`` for a token beyond the unembedding's ``vocab_size`` rows, or where no one token per
+    answer tells them apart (identical answers, or an answer that ends where the others go on: "1" among "10",
+    "11")."""
+    from countlens.llm.answers import divergence
+
     counts = np.asarray([int(k) for k in counts], dtype=np.int64)
-    first = np.array([int(c[0]) for c in candidates], dtype=np.int64)
+    if len(candidates) < 2:
+        raise ConfigError(field, f"{{{field}}} holds one count: a read-out over the candidate answers needs two")
+    try:
+        where = divergence(candidates)
+    except ValueError as exc:
+        raise ConfigError(field, f"{{{field}}}: " + literal(str(exc))) from None
+    if where.ended:
+        short = [int(k) for k, c in zip(counts, candidates, strict=True) if len(c) == where.position]
+        raise ConfigError(field, f"the answer {short[0]} of {{{field}}} ends where the others go on (every answer "
+                                 f"begins with its tokens {literal(list(where.prefix))}): no one token at answer "
+                                 f"position {where.position} tells them apart; leave it out or add counts whose "
+                                 "answers start differently")
+    j = where.position
+    first = np.array([int(c[j]) for c in candidates], dtype=np.int64)
     beyond = sorted({int(t) for c in candidates for t in c if int(t) >= vocab_size or int(t) < 0})
     if beyond:
         raise ConfigError(field, f"the answers of {{{field}}} hold token ids {beyond[:5]} beyond the model's "
                                  f"{vocab_size} output rows (the tokenizer has tokens the unembedding lacks); "
                                  "choose counts whose answers the model can write")
     distinct = np.array(list(dict.fromkeys(first.tolist())), dtype=np.int64)
-    if len(distinct) < 2:
-        raise ConfigError(field, "every answer of {" + field + "} starts with the same token "
-                                 f"(id {int(first[0])}): the boundary's next token says nothing about the count "
-                                 "(the chat template's answers do not start with a space)")
-    single = np.array([len(c) == 1 for c in candidates], dtype=bool)
-    return FirstTokens(counts, first, distinct, single)
+    single = np.array([len(c) == j + 1 for c in candidates], dtype=bool)
+    return FirstTokens(counts, first, distinct, single, j, tuple(where.prefix))
 
 
 @dataclass

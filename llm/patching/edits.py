@@ -57,7 +57,8 @@ from countlens.llm.hooks import HookSet, HookSite, hook_sites
 # :func:`expected_count`, :func:`~countlens.llm.answers.normalised_ld`). How the patched forward runs is the one
 # thing experiments choose, for speed: a whole prompt pass (:func:`scored_answers`: boundary patching, steering),
 # the corrupted run replayed below the patched site (:class:`~countlens.llm.patching.replay.PositionPatcher`: Figure 11), or one boundary step
-# from the prompt's cache (:func:`countlens.llm.heads.attention.ablated_scores`: head ablation).
+# from the prompt's cache, the cells rows of one batched step sharing it (:mod:`countlens.llm.boundary`: head
+# ablation, the components' mean-ablation and twin patching at the boundary).
 
 SETTER_MODES = ("replace", "add")
 
@@ -142,6 +143,49 @@ class Patch:
 
     def __exit__(self, *exc) -> None:
         self._hooks.remove()
+
+
+def stacked_setters(setters: Sequence[Setter]) -> list[Setter]:
+    """``setters`` (each with its ``rows`` and ``positions`` given, one value per row) as few :class:`Setter` s
+    as write the same: those of one site, mode, slice width and positions-per-row form merged into one, their
+    rows, positions, heads and values stacked (a batch of one-row cells in a handful of hooks instead of one per
+    cell). Setters that write the same place of the same row are kept apart, in order (the later wins, as with
+    one hook each)."""
+    import torch
+
+    groups: dict[tuple, list[Setter]] = {}
+    out: list[Setter] = []
+    for s in setters:
+        if s.rows is None or s.positions is None:
+            out.append(s)
+            continue
+        key = (s.site, s.mode, s.width, s.head is None)
+        groups.setdefault(key, []).append(s)
+    for group in groups.values():
+        batches: list[list[Setter]] = []
+        for s in group:  # a setter whose (row, position, head) is taken opens a new batch
+            mine = {(int(r), int(p), None if s.head is None else int(h)) for r, p, h in
+                    zip(s.rows, s.positions.expand(len(s.rows)),
+                        s.head.expand(len(s.rows)) if s.head is not None else [None] * len(s.rows), strict=True)}
+            for batch in batches:
+                if not mine & batch[0]:
+                    batch[0] |= mine
+                    batch.append(s)
+                    break
+            else:
+                batches.append([mine, s])
+        for _, *members in batches:
+            first = members[0]
+            n = [len(s.rows) for s in members]
+            value = torch.cat([s.value.reshape(1, -1).expand(k, -1) if s.value.dim() == 1 else s.value
+                               for s, k in zip(members, n, strict=True)])
+            out.append(Setter(first.site, value,
+                              positions=torch.cat([s.positions.expand(k) for s, k in zip(members, n, strict=True)]),
+                              rows=torch.cat([s.rows for s in members]), mode=first.mode,
+                              head=None if first.head is None else torch.cat(
+                                  [s.head.expand(k) for s, k in zip(members, n, strict=True)]),
+                              width=first.width))
+    return out
 
 
 def boundary_setter(site, boundary_index, value, mode: str = "replace", rows: Sequence[int] | None = None) -> Setter:

@@ -5,6 +5,8 @@ of its own slice computed by hand, and the heads sum to their block's attention 
 bias; every architecture of the registry's component rows decomposes its block; unknown architectures and bad
 input are refused before any weights load."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -93,15 +95,34 @@ def test_components_sum_to_the_models_own_logit_difference(family_model, family)
     prompts = build_prompts(loaded.tokenizer, config.prompts)
     assert len({p.n_tokens for p in prompts}) > 1  # the batches really were padded
     worst = 0.0
+    from countlens.llm.answers import divergence, number_continuations
+
+    space = "" if family != "gpt-2" else " "
     for i, p in enumerate(prompts):
-        logits = plain_logits(loaded.model, p)
         rec = result.prompts[i]
-        correct = loaded.tokenizer(("" if family != "gpt-2" else " ") + str(p.n), add_special_tokens=False)
-        a, g = correct["input_ids"][0], int(np.argmax(logits))
-        want = {"answer": logits[a] - logits[g]}
-        prev = loaded.tokenizer(("" if family != "gpt-2" else " ") + str(p.n - 1), add_special_tokens=False)
-        if p.n >= 1 and prev["input_ids"][0] != a:  # n − 1's answer starting with n's token has no `previous`
-            want["previous"] = logits[a] - logits[prev["input_ids"][0]]
+        correct = loaded.tokenizer(space + str(p.n), add_special_tokens=False)["input_ids"]
+        # `answer`: read where the greedy answer departs from the correct one, the tokens before teacher-forced
+        # (issue 46 point 7); one that departs nowhere reads the same token twice, zero, unless it goes on with a
+        # digit ("12" for "1"): then no `answer`
+        j, logits = 0, plain_logits(loaded.model, p)
+        while int(np.argmax(logits)) == correct[j] and j < len(correct) - 1:
+            j += 1
+            logits = plain_logits(loaded.model, SimpleNamespace(ids=p.ids + correct[:j]))
+        want = {}
+        if int(np.argmax(logits)) != correct[j]:
+            want["answer"] = logits[correct[j]] - logits.max()
+        else:
+            after = plain_logits(loaded.model, SimpleNamespace(ids=p.ids + correct))
+            if int(np.argmax(after)) not in number_continuations(loaded.tokenizer):
+                j, want["answer"] = 0, 0.0
+        assert rec["answer_position"] == (j if "answer" in want else None), (family, p.n)
+        assert (rec["ld_answer"] is not None) == ("answer" in want), (family, p.n)
+        if p.n >= 1:  # `previous`: where n's and n − 1's answers first differ
+            prev = loaded.tokenizer(space + str(p.n - 1), add_special_tokens=False)["input_ids"]
+            k = divergence([correct, prev]).position
+            at = plain_logits(loaded.model, SimpleNamespace(ids=p.ids + correct[:k]))
+            want["previous"] = at[correct[k]] - at[prev[k]]
+            assert rec["previous_position"] == k, (family, p.n)
         assert (rec["ld_previous"] is not None) == ("previous" in want), (family, p.n)
         for target, value in want.items():
             got, total = sums(result)[(i, target)]
@@ -511,19 +532,23 @@ def test_a_mean_ablation_at_every_position_writes_the_mean_over_every_position(t
     assert row["ld_change_mean"] == pytest.approx(ablated[0] - ablated[1] - (base[0] - base[1]), abs=2e-4)
 
 
-def test_previous_is_left_out_where_n_minus_one_starts_with_ns_token(tiny_models):  # noqa: F811
-    # SmolLM2's tokenizer writes digits one by one: "11" and "10" both start with "1", so their first-token
-    # difference would be zero whatever the model does; "10" against "9" differs. Planned from the tokenizer alone.
+def test_previous_is_read_where_n_and_n_minus_one_first_differ(tiny_models):  # noqa: F811
+    # SmolLM2's tokenizer writes digits one by one: "11" and "10" both start with "1"; the plan keeps both answers'
+    # tokens and the read moves to the second digit (issue 46 point 7; tests/unit/test_shared_first_token.py
+    # checks the numbers). Planned from the tokenizer alone; only n = 0 has no `previous`.
     from transformers import AutoTokenizer
+
+    from countlens.llm.answers import divergence
 
     config = ComponentsConfig(model=ModelSpec(str(tiny_models["llama"])), ablate_prompts=0,
                               prompts=PromptSettings(L=14, counts=[0, 9, 10, 11, 12], per_count=1, pairs=[["a", "b"]],
                                                      configs=["count"], seeds=[0]))
     plan = plan_components(config)
     tok = AutoTokenizer.from_pretrained(tiny_models["llama"])
-    first = {k: tok(str(k), add_special_tokens=False)["input_ids"][0] for k in range(13)}
+    ids = {k: tuple(tok(str(k), add_special_tokens=False)["input_ids"]) for k in range(13)}
     for p, correct, previous in zip(plan.prompts, plan.correct, plan.previous, strict=True):
-        assert correct == first[p.n]
-        want = first[p.n - 1] if p.n >= 1 and first[p.n - 1] != first[p.n] else None
-        assert previous == want, p.n
-    assert {p.n for p, q in zip(plan.prompts, plan.previous, strict=True) if q is None} == {0, 11, 12}
+        assert correct == ids[p.n]
+        assert previous == (ids[p.n - 1] if p.n >= 1 else None), p.n
+    assert {p.n for p, q in zip(plan.prompts, plan.previous, strict=True) if q is None} == {0}
+    assert {p.n: divergence([c, q]).position for p, c, q in zip(plan.prompts, plan.correct, plan.previous,
+                                                                 strict=True) if q} == {9: 0, 10: 0, 11: 1, 12: 1}

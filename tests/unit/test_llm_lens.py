@@ -138,8 +138,13 @@ def test_first_tokens_and_their_readout():
     with pytest.raises(ConfigError, match="beyond the model's 12 output rows") as caught:
         first_tokens(candidates, [0, 1, 10, 20], vocab_size=12)
     assert caught.value.field == "counts"
-    with pytest.raises(ConfigError, match="starts with the same token"):
-        first_tokens([[3, 10], [3, 11]], [0, 1], vocab_size=16, field="acts")
+    # answers sharing their first token are read after it (issue 46 point 7); refused only where no one token
+    # tells them apart (tests/unit/test_shared_first_token.py)
+    shared = first_tokens([[3, 10], [3, 11, 10]], [0, 1], vocab_size=16, field="acts")
+    assert (shared.position, shared.prefix, shared.first.tolist(), shared.single.tolist()) == (1, (3,), [10, 11],
+                                                                                             [True, False])
+    with pytest.raises(ConfigError, match="ends where the others go on"):
+        first_tokens([[3], [3, 11]], [0, 1], vocab_size=16, field="acts")
 
 
 def test_angles_against_the_random_baseline():
