@@ -38,8 +38,11 @@ test: install
 lint:
 	$(PYTHON) -m ruff check .
 
+# Every bench (bench/run_all.py; `BENCHES="bench_ridge bench_toy_check"` for some), each recording its table rows
+# in bench/results/rows/; then BENCHMARKS.md is regenerated from them (bench/table.py).
+BENCHES ?=
 bench: install
-	$(PYTHON) bench/run_all.py
+	$(PYTHON) bench/run_all.py $(BENCHES)
 
 # The documentation site, offline, into site/ (mkdocs.yml; docsgen/ generates the CLI reference, the gallery,
 # the executed tutorials and the benchmark page). The gallery's pictures come from a test-preset report of the

@@ -18,6 +18,7 @@ import resource
 import time
 
 import torch
+from record import this_command, write_row  # bench/ is on sys.path when run as a script
 
 from countlens.llm.answers import candidate_token_ids
 from countlens.llm.attribution.atp import gradient_pass
@@ -78,6 +79,14 @@ def main() -> None:
         draw_attribution(result, args.out)
     print(f"peak RSS: {before:.0f} MiB with the model loaded, {after:.0f} MiB after AtP's passes: AtP's own peak "
           f"<= {after - before:.0f} MiB above the loaded model")
+    rhos = " / ".join("n/a" if result.agreement[g]["spearman"] is None else f"{result.agreement[g]['spearman']:.3g}"
+                      for g in GROUPS)
+    write_row("bench_attribution", "atp",
+              what=f"attribution patching (Figure 15), {args.preset} grid, {cells:,} cells, model {args.model}",
+              countlens=f"AtP, {result.atp_seconds:.2f} s",
+              baseline=f"activation patching of every cell ({result.act_seconds:.1f} s)",
+              ratio=f"{result.speed_ratio:.1f}×", note=f"Spearman ρ {rhos} ({' / '.join(GROUPS)})",
+              command=this_command())
 
 
 if __name__ == "__main__":

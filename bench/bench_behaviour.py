@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from record import env_prefix, this_command, write_row  # bench/ is on sys.path when run as a script
 
 from countlens.llm import (
     CaptureConfig,
@@ -90,6 +91,12 @@ def main() -> None:
         print(f"  the answer distribution costs {best['answers + distribution (now)'] / best['greedy answers (before)']:.3f}x "
               f"the capture with --answers before it (target <= 1.3); --answers now / plain "
               f"{best['answers + distribution (now)'] / best['plain']:.2f}x")
+        now, before = best["answers + distribution (now)"], best["greedy answers (before)"]
+        write_row("bench_behaviour", "distribution",
+                  what=f"the answer distribution ({len(plan.candidates)} candidate counts teacher-forced, packed)",
+                  countlens=f"{now:.1f} s for {len(plan.prompts)} prompts, L = {capture.prompts.L}",
+                  baseline=f"greedy answers alone ({before:.1f} s)", ratio=f"{now / before:.2f}×",
+                  note="target ≤ 1.3; best of 3 interleaved rounds", command=this_command(env_prefix()))
 
         prompts = build_prompts(tok, capture.prompts)[:16]
         ids, mask, index = pad_batch(prompts, pad_token_id(tok), "left")

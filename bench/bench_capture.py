@@ -42,6 +42,7 @@ if "MALLOC_MMAP_THRESHOLD_" not in os.environ:  # must be set before the process
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from record import this_command, write_row  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 
 def _status() -> dict[str, int]:
@@ -294,6 +295,14 @@ def main() -> None:
     print(f"end-to-end countlens.llm.run_capture (incl. Arrow writes): {len(prompts) / s:.2f} prompts/s, "
           f"{n_tokens / s:.0f} tokens/s")
     print(f"max |capture - output_hidden_states| = {max_err:.2e}; max relative |tl - capture| = {tl_err:.2e}")
+    peak = {m: max(v) for m, v in peaks.items()}
+    write_row("bench_capture", "capture",
+              what=f"capture, SmolLM2, {n_blocks + 1} locations, {len(prompts)} prompts (L = {args.L})",
+              countlens=f"hooks at the boundary, {med['capture']:.2f} s", baseline=f"a plain forward ({med['plain']:.2f} s)",
+              ratio=f"{med['plain'] / med['capture']:.3f}",
+              note=f"of its speed (target ≥ 0.95); {peak['hidden'] / peak['capture']:.1f}× less memory than "
+                   f"`output_hidden_states`, {peak['tl-cache'] / peak['capture-eager']:.1f}× less than TransformerLens",
+              command=this_command())
     if args.json:
         from countlens.core.io import provenance, write_json_atomic
 

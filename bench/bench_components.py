@@ -14,6 +14,8 @@ import statistics
 import tempfile
 import time
 
+from record import env_prefix, this_command, write_row  # bench/ is on sys.path when run as a script
+
 from countlens.core.args import parse_int_list
 from countlens.llm.capture.experiment import CaptureConfig, run_capture
 from countlens.llm.components.experiment import ComponentsConfig, run_components
@@ -53,6 +55,12 @@ def main() -> None:
     print(f"capture --answers:             median {statistics.median(cap):.2f} s of {[round(t, 2) for t in cap]}")
     print(f"ratio DLA / capture: {statistics.median(dla) / statistics.median(cap):.2f} (target <= 1.3); "
           f"the same greedy answers: {same}")
+    write_row("bench_components", "dla", what=f"direct logit attribution (Figure 14), {len(result.prompts)} prompts",
+              countlens=f"{statistics.median(dla):.1f} s (median of {args.repeats})",
+              baseline=f"`capture --answers` of the same prompts ({statistics.median(cap):.1f} s)",
+              ratio=f"{statistics.median(dla) / statistics.median(cap):.2f}×",
+              note="target ≤ 1.3" + ("; the same greedy answers" if same else "; the greedy answers DIFFER"),
+              command=this_command(env_prefix()))
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from record import env_prefix, this_command, write_row  # bench/ is on sys.path when run as a script
 
 TINY = dict(L=3, layers=1, heads=2, width=16, live_heads=[[0, 1]], pairs=[["a", "b"]], configs=["count", "tally"],
             lr=1e-2, batch_size=16, max_steps=400, eval_every=20, softmax="full")
@@ -134,6 +135,14 @@ def main():
     print(f"  pyvene LowRankRotatedSpaceIntervention: IIA {theirs:.3f} in {theirs_s:.1f} s")
     print(f"  |difference| {abs(ours - theirs):.3f} ({'within' if abs(ours - theirs) <= 0.02 else 'NOT within'} "
           f"0.02); time ratio pyvene / countlens {theirs_s / ours_s:.1f}")
+    write_row("bench_das", "das",
+              what=f"DAS, rank {args.rank}, {args.steps} Adam steps, {len(plan.train)} training / "
+                   f"{len(plan.held_out)} held-out pairs, "
+                   f"{'the tests’ tiny organism' if not args.organism else 'organism ' + folder.name}",
+              countlens=f"IIA {ours:.3f} in {ours_s:.1f} s",
+              baseline=f"pyvene `LowRankRotatedSpaceIntervention` (IIA {theirs:.3f}, {theirs_s:.1f} s)",
+              ratio=f"{theirs_s / ours_s:.1f}×", note=f"the IIAs differ by {abs(ours - theirs):.3f} (target ≤ 0.02)",
+              command=this_command(env_prefix(("PYTHONPATH",))))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 import torch
+from record import this_command, write_row  # bench/ is on sys.path when run as a script
 
 from countlens.core.capture import Capture
 from countlens.core.store import acts_array, load_capture
@@ -52,6 +53,11 @@ def bench_ridge(acts: np.ndarray, alphas) -> None:
     print(f"ridge map, {X.shape[0]} x {X.shape[1]} -> {Y.shape[1]} outputs, {len(alphas)} alphas: one SVD "
           f"{t_map + t_pred:.3f} s; one native_ridge_path per output {naive:.2f} s (measured on {outputs} outputs); "
           f"ratio {naive / (t_map + t_pred):.0f}x; largest prediction difference {worst:.2e}")
+    write_row("bench_lens", "tuned_lens",
+              what=f"tuned lens (Figure 13), {X.shape[0]} × {X.shape[1]} → {Y.shape[1]}, {len(alphas)} α",
+              countlens=f"one SVD for all outputs, {t_map + t_pred:.3f} s",
+              baseline=f"one ridge path per output ({naive:.2f} s, from {outputs} outputs)",
+              ratio=f"{naive / (t_map + t_pred):.0f}×", note=f"predictions equal to {worst:.1e}", command=this_command())
 
 
 def bench_lens(acts_dir: str, probes: str | None, loaded) -> None:

@@ -27,6 +27,7 @@ import time
 
 import numpy as np
 import torch
+from record import this_command, write_row  # bench/ is on sys.path when run as a script
 
 
 def main() -> None:
@@ -113,6 +114,14 @@ def main() -> None:
           " (target <= 1.15)")
     print(f"items / boundary, end to end ({args.e2e_locations}, float16, incl. Arrow writes): median "
           f"{med['e2e-items'] / med['e2e-boundary']:.3f}x, best {best['e2e-items'] / best['e2e-boundary']:.3f}x")
+    write_row("bench_positions", "items",
+              what=f"items capture (`--positions items`), {len(prompts)} prompts, {rows:,} item + boundary rows, "
+                   f"{n_loc} locations",
+              countlens=f"{med['runner-items']:.1f} s (median of {args.rounds})",
+              baseline=f"the boundary capture ({med['runner-boundary']:.1f} s)",
+              ratio=f"{med['runner-items'] / med['runner-boundary']:.2f}×",
+              note=f"target ≤ 1.15; end to end with Arrow writes {med['e2e-items'] / med['e2e-boundary']:.2f}×",
+              command=this_command())
     if args.json:
         from countlens.core.io import provenance, write_json_atomic
 

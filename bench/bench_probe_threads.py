@@ -22,7 +22,9 @@ import sys
 import time
 
 import numpy as np
+from record import span, this_command, write_row  # bench/ is on sys.path when run as a script
 
+from countlens.core.capture import CaptureMeta
 from countlens.probes.data import ProbeData
 from countlens.probes.probe import ProbeConfig, run_probes
 
@@ -39,7 +41,8 @@ def synthetic(rows: int, locations: int, dim: int, seed: int = 0) -> ProbeData:
         scales[rng.choice(dim, 3, replace=False)] *= 50.0
         acts[:, loc] = rng.normal(size=(rows, dim)) * scales + np.outer(np.sqrt(n), rng.normal(size=dim))
     names = ["embed"] + [f"blocks.{i}.hook_resid_post" for i in range(locations - 1)]
-    return ProbeData("synthetic", {}, names, n, acts)
+    meta = CaptureMeta.from_record({"model": "synthetic", "locations": names, "d": dim, "n_rows": rows})
+    return ProbeData("synthetic", meta, names, n, acts)
 
 
 def busy_loops(count: int) -> list[subprocess.Popen]:
@@ -92,6 +95,15 @@ def main() -> None:
                                                   "default / one": default / one}
             print(f"{label:16s} {load:6s}: 1 thread {one:7.2f} s   default ({default_threads}) {default:7.2f} s   "
                   f"ratio {default / one:5.2f}", flush=True)
+    runs = out["seconds"]
+    loaded = {k.rsplit(", ", 1)[0]: v["default / one"] for k, v in runs.items() if k.endswith(", loaded")}
+    idle = [v["default / one"] for k, v in runs.items() if k.endswith(", idle")]
+    if loaded:
+        write_row("bench_probe_threads", "threads", what=f"probes on a busy machine, {' and '.join(loaded)}",
+                  countlens="one BLAS thread (the default)", baseline=f"the process's {default_threads} BLAS threads",
+                  ratio=span(list(loaded.values()), "{:.1f}", "×"),
+                  note="identical probes" + (f"; idle {span(idle, '{:.2f}', '×')}" if idle else ""),
+                  command=this_command())
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(out, fh, indent=2)

@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from record import span, this_command, write_row  # bench/ is on sys.path when run as a script
+
 SHARD_DEFAULT = 256
 
 
@@ -108,6 +110,13 @@ def main() -> None:
         print(f"projection: {args.project_prompts} prompts in shards of {SHARD_DEFAULT} on {p['workers']:>2} "
               f"workers of this speed: {p['wall_s']:9.1f} s (Ray overhead {100 * p['overhead_fraction']:.3f}% "
               "of a shard)")
+    overheads = [r["shard_overhead_s"] * 1e3 for r in (r1, r2)]
+    write_row("bench_ray_capture", "overhead",
+              what=f"Ray capture, SmolLM2, {s['rows']} prompts, {r1['shards']} shards, 1 and 2 workers",
+              countlens=f"Ray's overhead {span(overheads, '{:.1f}', ' ms')} per shard (median)",
+              baseline=f"one process ({s['wall_s']:.1f} s)",
+              ratio=f"{100 * results['projection'][0]['overhead_fraction']:.3f} %",
+              note=f"of a {SHARD_DEFAULT}-row shard's time", command=this_command())
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results, indent=2))

@@ -23,6 +23,7 @@ import platform
 import time
 
 import numpy as np
+from record import this_command, write_row  # bench/ is on sys.path when run as a script
 from sklearn.linear_model import Ridge, RidgeCV
 
 from countlens.probes.data import load_probe_data
@@ -141,6 +142,12 @@ def main() -> None:
               f"max rel coef diff vs Ridge(solver='svd') {diff_gram_svd:.1e}")
     above = [float(a) for a, diff in zip(alphas, by_alpha, strict=True) if diff > 1e-8]
     print(f"alphas where ours and the Ridge loop differ by more than 1e-8: {above or 'none'}")
+    what = (f"ridge path, {n_loc} locations × {len(alphas)} α ({rows:,} × {dim} "
+            f"{'capture ' + str(args.acts) if args.acts else 'synthetic LLM-shaped data'})")
+    write_row("bench_ridge", "path", what=what, countlens=f"`ridge_path`: one decomposition for every α, {t_ours:.2f} s",
+              baseline=f"a loop of sklearn `Ridge` ({t_loop:.1f} s)", ratio=f"{t_loop / t_ours:.1f}×",
+              note=f"BLAS threads: {args.threads or 'default'}; coefficients equal to {diff_loop:.0e}; "
+                   f"{t_cv / t_ours:.1f}× `RidgeCV`", command=this_command())
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(out, fh, indent=2)

@@ -16,6 +16,8 @@ import torch  # noqa: E402
 
 torch.set_num_threads(1)
 
+from record import sci, span, this_command, write_row  # noqa: E402  (bench/ is on sys.path when run as a script)
+
 from countlens.toy.check import full_domain_check, n_pairs  # noqa: E402
 from countlens.toy.constructions import best_construction  # noqa: E402
 
@@ -57,6 +59,7 @@ def main():
     args = ap.parse_args()
     P = n_pairs(args.L)
     print(f"full-domain check, L={args.L}, d={args.d}: {P:,} pairs, one thread")
+    rates, speedups, vs_model, base_s = [], [], [], []
     for variant in ("softmax-postln-learned", "softmax"):
         c = best_construction(variant, args.L, args.d, tune=False)
         t0 = time.perf_counter()
@@ -74,6 +77,16 @@ def main():
         print(f"    numpy loop over n (baseline)     {t_base:7.2f} s  {P / t_base:10.3g} pairs/s")
         print(f"    chunked torch model path         {t_model:7.2f} s  {P / t_model:10.3g} pairs/s")
         print(f"    speed-up vs numpy loop: {t_base / t_fast:.1f}x; vs torch model path: {t_model / t_fast:.1f}x")
+        rates.append(P / t_fast)
+        speedups.append(t_base / t_fast)
+        vs_model.append(t_model / t_fast)
+        base_s.append(t_base)
+    command = this_command()
+    write_row("bench_toy_check", "regression", what=f"full-domain check, L = {args.L:,}, d = {args.d}, one thread",
+              countlens=f"reduced form, {span(rates, sci)} pairs/s",
+              baseline=f"a numpy loop over n ({span(base_s, '{:.1f}', ' s')})", ratio=span(speedups, "{:.0f}", "×"),
+              note=f"same worst error; {span(vs_model, '{:.0f}', '×')} the chunked torch model path",
+              command=command)
     # classification (L+1 classes): reduced form (O(L) per pair) vs the torch model path (O(d L) per pair)
     from countlens.toy.model import ToyConfig, init_params
 
@@ -90,6 +103,10 @@ def main():
     print(f"  classification, L={args.cls_L} ({Pc:,} pairs x {args.cls_L + 1} classes), smallest gap "
           f"{fast.min_gap:.6f} (both agree)")
     print(f"    reduced form {t_fast:7.2f} s; torch model path {t_model:7.2f} s; speed-up {t_model / t_fast:.1f}x")
+    write_row("bench_toy_check", "classification",
+              what=f"full-domain check, classification read-out, L = {args.cls_L} ({args.cls_L + 1} classes)",
+              countlens=f"reduced form, {t_fast:.2f} s", baseline=f"the chunked torch model path ({t_model:.2f} s)",
+              ratio=f"{t_model / t_fast:.1f}×", note="same smallest gap and pair", command=command)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from record import this_command, write_row  # bench/ is on sys.path when run as a script
+
 
 def main():
     with tempfile.TemporaryDirectory() as tmp:
@@ -25,6 +27,9 @@ def main():
     for v, row in data["variants"].items():
         slope = "-" if row["slope"] is None else f"{row['slope']:.3f}"
         print(f"  {v:24s} slope {slope:>6s} (claimed {row['claimed']})")
+    write_row("bench_toy_rates", "rates", what=f"`countlens toy rates`, {len(data['variants'])} variants, L ≤ 1000, d = 16",
+              countlens=f"{wall:.0f} s, a fresh process", baseline="target < 60 s", ratio=f"{wall / 60:.2f}",
+              note="of the target", command=this_command())
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core, as the target says
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import torch  # noqa: E402
+from record import sci, span, this_command, write_row  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 from countlens.toy import model  # noqa: E402
 from countlens.toy.check import full_domain_check  # noqa: E402
@@ -64,8 +65,10 @@ def _best_of(fn, reps: int) -> float:
     return best
 
 
-def per_evaluation(L: int, d: int, reps: int) -> None:
-    """Part 1: one loss-and-gradient evaluation over the full domain, three ways."""
+def per_evaluation(L: int, d: int, reps: int) -> list[tuple[str, float, float, float]]:
+    """Part 1: one loss-and-gradient evaluation over the full domain, three ways; per variant
+    ``(variant, reduced-form pairs/s, autograd seconds, reduced form's speed-up over autograd)``."""
+    out = []
     pairs = PairSet.full(L)
     P = len(pairs)
     n, m = model.full_domain(L)
@@ -94,6 +97,19 @@ def per_evaluation(L: int, d: int, reps: int) -> None:
         print(f"    full-domain check              {t_check * 1e3:8.1f} ms  {P / t_check:10.3g} pairs/s")
         print(f"    reduced form vs autograd: {t_model / t_reduced:.1f}x faster; "
               f"vs the check: {t_reduced / t_check:.2f}x its time")
+        out.append((variant, P / t_reduced, t_model, t_model / t_reduced))
+    return out
+
+
+def record_part1(part1: list[tuple[str, float, float, float]], L: int, d: int) -> None:
+    """Part 1's row of BENCHMARKS.md (``bench/record.py``)."""
+    names = {"softmax": "softmax", "softmax-postln-learned": "learned post-LN"}
+    write_row("bench_toy_train", "gradient",
+              what=f"loss + gradient over the full domain, L = {L:,}, d = {d}, one thread",
+              countlens=", ".join(f"{sci(rate, 3)} pairs/s ({names[v]})" for v, rate, _, _ in part1),
+              baseline=f"autograd through the model ({span([t for _, _, t, _ in part1], '{:.1f}', ' s')})",
+              ratio=span([x for *_, x in part1], "{:.0f}", "×"), note="same loss and gradients",
+              command=this_command())
 
 
 def main() -> None:
@@ -109,7 +125,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(f"load average: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} "
           f"on {os.cpu_count()} cores")
-    per_evaluation(args.loss_L, args.d, args.reps)
+    part1 = per_evaluation(args.loss_L, args.d, args.reps)
+    record_part1(part1, args.loss_L, args.d)
 
     cfg = ToyConfig("softmax", args.d, args.L)
     tr = Trainer(cfg, TrainConfig(optimizer="lbfgs", steps=10**6, seed=0))
@@ -148,6 +165,10 @@ def main() -> None:
           f"{naive_eval:.1f} s per full-domain evaluation = {P / naive_eval:,.0f} pairs/s "
           f"(~{naive_eval * ev:.1f} s per L-BFGS step)")
     print(f"  ratio: {naive_eval / ours_eval:,.0f}x faster per evaluation (same gradients, checked)")
+    write_row("bench_toy_train", "lbfgs_step", what=f"toy L-BFGS step, softmax, L = {args.L} ({P:,} pairs), "
+              f"d = {args.d}, {args.threads} thread(s)", countlens=f"{step_s * 1e3:.0f} ms per step",
+              baseline=f"autograd over padded sequences ({naive_eval:.1f} s per evaluation, from {len(idx):,} pairs)",
+              ratio=f"{naive_eval / ours_eval:,.0f}×", note="per evaluation; same gradients", command=this_command())
 
 
 if __name__ == "__main__":

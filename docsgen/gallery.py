@@ -85,14 +85,24 @@ def sizes_table(experiment) -> list[str]:
 def page(experiment, by_name: dict, report: Path | None) -> tuple[str, dict[str, bytes]]:
     """The gallery page of ``experiment`` (Markdown) and its pictures (file name -> PNG bytes)."""
     e = experiment
-    lines = [f"# {e.title}", ""]
     stage = report / e.name if report is not None else None
     record = {}
     if stage is not None and (stage / "stage.json").is_file():
         record = json.loads((stage / "stage.json").read_text(encoding="utf-8"))
+    pictures, images = _pictures(e, stage, _report_model(report))
+    lines = [f"# {e.title}", "", *pictures, "## What it shows and how to read it", "", *_notes(e)]
+    lines += _run_it(e, by_name, record)
+    lines += ["## Sizes at each preset", ""]
+    lines += sizes_table(e) or ["*Its sizes follow the stages it reads.*", ""]
+    lines += _files(e, record)
+    return "\n".join(lines), images
+
+
+def _pictures(e, stage: Path | None, model: str | None) -> tuple[list[str], dict[str, bytes]]:
+    """The page's pictures (Markdown lines, file name -> PNG bytes) from the report's stage folder."""
     images: dict[str, bytes] = {}
+    lines: list[str] = []
     pngs = sorted(stage.glob("*.png")) if stage is not None and stage.is_dir() else []
-    model = _report_model(report)
     if pngs:
         for png in pngs:
             name = f"{e.name}--{png.name}"
@@ -106,18 +116,23 @@ def page(experiment, by_name: dict, report: Path | None) -> tuple[str, dict[str,
     else:
         lines += ["*No picture in this build: the docs' report folder holds none for this stage "
                   "(`make docs` draws it with `countlens reproduce --preset test`).*", ""]
+    return lines, images
+
+
+def _notes(e) -> list[str]:
+    """The reading notes of ``docs/gallery/notes/<stage>.md``, or the declaration's own words until written."""
     notes = NOTES / f"{e.name}.md"
-    lines += ["## What it shows and how to read it", ""]
     if notes.is_file():
-        lines += [notes.read_text(encoding="utf-8").strip(), ""]
-    else:  # the declaration's own words until someone writes the notes
-        lines += ["*No reading notes yet (`docs/gallery/notes/" + e.name + ".md`); what its code says:*", ""]
-        lines += [f"> {line}" if line.strip() else ">" for obj in (e.run, e.result)
-                  for line in (inspect.getdoc(obj) or "").split("\n\n")[0].splitlines()] + [""]
-    upstream = _upstream(e, by_name)
-    lines += ["## Run it", "",
-              "As a stage of the report (with the stages it reads):", "",
-              "```bash", f"countlens reproduce --preset test --stages {','.join(upstream)} --out report", "```", ""]
+        return [notes.read_text(encoding="utf-8").strip(), ""]
+    lines = ["*No reading notes yet (`docs/gallery/notes/" + e.name + ".md`); what its code says:*", ""]
+    return lines + [f"> {line}" if line.strip() else ">" for obj in (e.run, e.result)
+                    for line in (inspect.getdoc(obj) or "").split("\n\n")[0].splitlines()] + [""]
+
+
+def _run_it(e, by_name: dict, record: dict) -> list[str]:
+    """The "Run it" section: the report command with its upstream stages, the Python call, what it reads."""
+    lines = ["## Run it", "", "As a stage of the report (with the stages it reads):", "", "```bash",
+             f"countlens reproduce --preset test --stages {','.join(_upstream(e, by_name))} --out report", "```", ""]
     call = {"capture": 'cl.capture("default", preset="quick")'}.get(e.name)
     if call is None:
         reads = "".join(f", {field}=..." for field in e.reads)
@@ -130,12 +145,15 @@ def page(experiment, by_name: dict, report: Path | None) -> tuple[str, dict[str,
     if e.reads:
         lines += ["Reads: " + ", ".join(f"`{field}` from [{by_name[s].title}]({s}.md)" for field, s in e.reads.items()),
                   ""]
-    lines += ["## Sizes at each preset", ""]
-    lines += sizes_table(e) or ["*Its sizes follow the stages it reads.*", ""]
+    return lines
+
+
+def _files(e, record: dict) -> list[str]:
+    """The "Files" section: the result file and its type, its tables, what the stage wrote, the code."""
     files = [e.result.FILE, *getattr(e.result, "RECORDS", {})]
-    lines += ["## Files", "",
-              f"- result: `{e.name}/{e.result.FILE}` — a `{e.result.__module__}.{e.result.__name__}` "
-              f"(`{e.result.__name__}.read(path)` reads it back typed);"]
+    lines = ["## Files", "",
+             f"- result: `{e.name}/{e.result.FILE}` — a `{e.result.__module__}.{e.result.__name__}` "
+             f"(`{e.result.__name__}.read(path)` reads it back typed);"]
     if len(files) > 1:
         lines.append("- tables: " + ", ".join(f"`{f}`" for f in files[1:]) + ";")
     if record.get("files"):
@@ -144,8 +162,7 @@ def page(experiment, by_name: dict, report: Path | None) -> tuple[str, dict[str,
         lines.append(f"- read by later stages: `{e.name}/{e.output}`;")
     mods = [m for m in (e.run.__module__, (e.figure or "").partition(":")[0]) if m]
     lines.append("- code: " + ", ".join(f"`{m}`" for m in dict.fromkeys(mods)) + ".")
-    lines.append("")
-    return "\n".join(lines), images
+    return [*lines, ""]
 
 
 def _report_model(report: Path | None) -> str | None:

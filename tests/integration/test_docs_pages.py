@@ -25,6 +25,21 @@ def test_every_declared_experiment_has_a_gallery_page():
     assert set(pages) >= {"gallery/index.md", *(f"gallery/{e.name}.md" for e in declared)}
 
 
+def test_every_gallery_page_has_its_reading_notes():
+    """Every declared experiment has hand-written notes (what it shows, how to read it, what is predicted),
+    not the fallback that quotes its docstrings; and no notes file is left without its experiment."""
+    from countlens.pipeline.experiments import experiments
+
+    names = {e.name for e in experiments()}
+    pages = gallery.pages(None)
+    missing = sorted(n for n in names if "No reading notes yet" in pages[f"gallery/{n}.md"])
+    assert not missing, f"write docs/gallery/notes/<stage>.md for {missing}"
+    assert {p.stem for p in gallery.NOTES.glob("*.md")} <= names
+    for name in ("das", "manifold"):
+        notes = (gallery.NOTES / f"{name}.md").read_text(encoding="utf-8")
+        assert "How to read it" in notes and "predict" in notes and len(notes) > 1500, name
+
+
 def test_a_gallery_page_shows_the_reports_pictures(tmp_path):
     from countlens.pipeline.experiments import by_name
 
