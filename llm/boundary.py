@@ -44,107 +44,109 @@ def _layer_classes():
     return DynamicLayer, DynamicSlidingWindowLayer
 
 
+class _SharedRows:
+    """One layer of a KV cache whose R rows read the same B prompts' keys and values, kept once.
+
+    ``shared_keys`` / ``shared_values`` (B, H, S, d): the prefix layer's tensors (never modified, never copied);
+    ``rows`` (R,) long: each row's prompt; ``keys`` / ``values`` (R, H, s, d): each row's own later tokens (the
+    boundary step's, then the candidates'). ``update`` returns the full (R, H, S + s + q, d) keys and values
+    of the layer being run, made for that attention call only. ``window`` (a sliding-window layer's) keeps the
+    last ``window − 1`` tokens visible, as transformers' ``DynamicSlidingWindowLayer``: the shared part is cut
+    by a view, never copied."""
+
+    def __init__(self, base, rows):
+        import torch
+
+        super().__init__()
+        _, sliding = _layer_classes()
+        self.shared_keys, self.shared_values = base.keys, base.values
+        self.device = base.keys.device
+        self.rows = torch.as_tensor(rows, dtype=torch.long, device=self.device)
+        self.window = int(base.sliding_window) if isinstance(base, sliding) else None
+        self.is_sliding = self.window is not None
+        self.cumulative_length = int(base.get_seq_length())
+        R = len(self.rows)
+        self.keys = base.keys.new_empty((R, *base.keys.shape[1:-2], 0, base.keys.shape[-1]))
+        self.values = base.values.new_empty((R, *base.values.shape[1:-2], 0, base.values.shape[-1]))
+        self.is_initialized = True
+        self._runs = None
+
+    def _full(self, shared, own, new):
+        """cat(shared[rows], own, new) along the sequence, the shared part written prompt by prompt (no
+        (R, ..., S, d) gather made first)."""
+        import torch
+
+        S, o = shared.shape[-2], own.shape[-2]
+        out = new.new_empty((*new.shape[:-2], S + o + new.shape[-2], new.shape[-1]))
+        if S:
+            if self._runs is None:  # (prompt, first row, end row) of each run of equal rows
+                values, counts = torch.unique_consecutive(self.rows, return_counts=True)
+                ends = counts.cumsum(0).tolist()
+                self._runs = list(zip(values.tolist(), [0, *ends[:-1]], ends, strict=True))
+            for b, first, end in self._runs:  # a broadcast copy per run: no gather made first
+                out[first:end, ..., :S, :] = shared[b]
+        out[..., S:S + o, :] = own
+        out[..., S + o:, :] = new
+        return out
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        import torch
+
+        self.cumulative_length += key_states.shape[-2]
+        keys = self._full(self.shared_keys, self.keys, key_states)
+        values = self._full(self.shared_values, self.values, value_states)
+        self.keys = torch.cat([self.keys, key_states], dim=-2)
+        self.values = torch.cat([self.values, value_states], dim=-2)
+        if self.window is not None:  # keep the last window − 1 tokens, as DynamicSlidingWindowLayer does
+            keep = self.window - 1
+            own = self.keys.shape[-2]
+            if own >= keep:
+                self.keys, self.values = self.keys[..., own - keep:, :], self.values[..., own - keep:, :]
+                self.shared_keys = self.shared_keys[..., :0, :]
+                self.shared_values = self.shared_values[..., :0, :]
+            else:
+                drop = max(0, self.shared_keys.shape[-2] - (keep - own))
+                self.shared_keys = self.shared_keys[..., drop:, :]
+                self.shared_values = self.shared_values[..., drop:, :]
+        return keys, values
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        if self.window is None:
+            return self.cumulative_length + query_length, 0
+        offset = max(self.cumulative_length - self.window + 1, 0)
+        if self.cumulative_length >= self.window:
+            return self.window - 1 + query_length, offset
+        return self.cumulative_length + query_length, offset
+
+    def get_seq_length(self) -> int:
+        return self.cumulative_length
+
+    def get_max_length(self) -> int:
+        return -1 if self.window is None else self.window
+
+    def batch_select_indices(self, indices) -> None:
+        self.rows, self._runs = self.rows[indices], None
+        self.keys, self.values = self.keys[indices, ...], self.values[indices, ...]
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self.rows, self._runs = self.rows.repeat_interleave(repeats, dim=0), None
+        self.keys = self.keys.repeat_interleave(repeats, dim=0)
+        self.values = self.values.repeat_interleave(repeats, dim=0)
+
+    def reorder_cache(self, beam_idx) -> None:
+        self.batch_select_indices(beam_idx.to(self.device))
+
+    def crop(self, tokens_to_remove: int) -> None:
+        raise ValueError("a shared-rows cache is not cropped; run the step again from its prefix")
+
+
 @functools.cache
 def _shared_rows_class():
-    """:class:`SharedRowsLayer`, made on first use (transformers is imported then, not with this module)."""
+    """:class:`SharedRowsLayer`: :class:`_SharedRows` on transformers' ``DynamicLayer``, made on first use
+    (transformers is imported then, not with this module)."""
     DynamicLayer, _ = _layer_classes()
-
-    class SharedRowsLayer(DynamicLayer):
-        """One layer of a KV cache whose R rows read the same B prompts' keys and values, kept once.
-
-        ``shared_keys`` / ``shared_values`` (B, H, S, d): the prefix layer's tensors (never modified, never copied);
-        ``rows`` (R,) long: each row's prompt; ``keys`` / ``values`` (R, H, s, d): each row's own later tokens (the
-        boundary step's, then the candidates'). ``update`` returns the full (R, H, S + s + q, d) keys and values
-        of the layer being run, made for that attention call only. ``window`` (a sliding-window layer's) keeps the
-        last ``window − 1`` tokens visible, as transformers' ``DynamicSlidingWindowLayer``: the shared part is cut
-        by a view, never copied."""
-
-        def __init__(self, base, rows):
-            import torch
-
-            super().__init__()
-            _, sliding = _layer_classes()
-            self.shared_keys, self.shared_values = base.keys, base.values
-            self.device = base.keys.device
-            self.rows = torch.as_tensor(rows, dtype=torch.long, device=self.device)
-            self.window = int(base.sliding_window) if isinstance(base, sliding) else None
-            self.is_sliding = self.window is not None
-            self.cumulative_length = int(base.get_seq_length())
-            R = len(self.rows)
-            self.keys = base.keys.new_empty((R, *base.keys.shape[1:-2], 0, base.keys.shape[-1]))
-            self.values = base.values.new_empty((R, *base.values.shape[1:-2], 0, base.values.shape[-1]))
-            self.is_initialized = True
-            self._runs = None
-
-        def _full(self, shared, own, new):
-            """cat(shared[rows], own, new) along the sequence, the shared part written prompt by prompt (no
-            (R, ..., S, d) gather made first)."""
-            import torch
-
-            S, o = shared.shape[-2], own.shape[-2]
-            out = new.new_empty((*new.shape[:-2], S + o + new.shape[-2], new.shape[-1]))
-            if S:
-                if self._runs is None:  # (prompt, first row, end row) of each run of equal rows
-                    values, counts = torch.unique_consecutive(self.rows, return_counts=True)
-                    ends = counts.cumsum(0).tolist()
-                    self._runs = list(zip(values.tolist(), [0, *ends[:-1]], ends, strict=True))
-                for b, first, end in self._runs:  # a broadcast copy per run: no gather made first
-                    out[first:end, ..., :S, :] = shared[b]
-            out[..., S:S + o, :] = own
-            out[..., S + o:, :] = new
-            return out
-
-        def update(self, key_states, value_states, *args, **kwargs):
-            import torch
-
-            self.cumulative_length += key_states.shape[-2]
-            keys = self._full(self.shared_keys, self.keys, key_states)
-            values = self._full(self.shared_values, self.values, value_states)
-            self.keys = torch.cat([self.keys, key_states], dim=-2)
-            self.values = torch.cat([self.values, value_states], dim=-2)
-            if self.window is not None:  # keep the last window − 1 tokens, as DynamicSlidingWindowLayer does
-                keep = self.window - 1
-                own = self.keys.shape[-2]
-                if own >= keep:
-                    self.keys, self.values = self.keys[..., own - keep:, :], self.values[..., own - keep:, :]
-                    self.shared_keys = self.shared_keys[..., :0, :]
-                    self.shared_values = self.shared_values[..., :0, :]
-                else:
-                    drop = max(0, self.shared_keys.shape[-2] - (keep - own))
-                    self.shared_keys = self.shared_keys[..., drop:, :]
-                    self.shared_values = self.shared_values[..., drop:, :]
-            return keys, values
-
-        def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-            if self.window is None:
-                return self.cumulative_length + query_length, 0
-            offset = max(self.cumulative_length - self.window + 1, 0)
-            if self.cumulative_length >= self.window:
-                return self.window - 1 + query_length, offset
-            return self.cumulative_length + query_length, offset
-
-        def get_seq_length(self) -> int:
-            return self.cumulative_length
-
-        def get_max_length(self) -> int:
-            return -1 if self.window is None else self.window
-
-        def batch_select_indices(self, indices) -> None:
-            self.rows, self._runs = self.rows[indices], None
-            self.keys, self.values = self.keys[indices, ...], self.values[indices, ...]
-
-        def batch_repeat_interleave(self, repeats: int) -> None:
-            self.rows, self._runs = self.rows.repeat_interleave(repeats, dim=0), None
-            self.keys = self.keys.repeat_interleave(repeats, dim=0)
-            self.values = self.values.repeat_interleave(repeats, dim=0)
-
-        def reorder_cache(self, beam_idx) -> None:
-            self.batch_select_indices(beam_idx.to(self.device))
-
-        def crop(self, tokens_to_remove: int) -> None:
-            raise ValueError("a shared-rows cache is not cropped; run the step again from its prefix")
-
-    return SharedRowsLayer
+    return type("SharedRowsLayer", (_SharedRows, DynamicLayer), {"__doc__": _SharedRows.__doc__,
+                                                                "__module__": __name__})
 
 
 def shares_rows(cache) -> bool:

@@ -64,16 +64,8 @@ from countlens.llm.components.ablation import (
     site_values,
     twin_boundary_scores,
 )
-from countlens.llm.components.attribution import (
-    BoundaryWrites,
-    ComponentPass,
-    FrozenNorm,
-    attributed_differences,
-    boundary_writes,
-    first_token_rows,
-    frozen_norm,
-    token_parts,
-)
+from countlens.llm.components.attribution import ComponentPass, boundary_writes, frozen_norm
+from countlens.llm.components.reads import AnswerRead, answer_reads, answer_rows
 from countlens.llm.heads.attention import ablated_scores, mean_std
 from countlens.llm.heads.experiment import ablated_layers, text_config
 from countlens.llm.hooks import attention_output_site, component_output_sites, hook_sites
@@ -323,100 +315,6 @@ class ComponentsResult(Result):
         return out
 
 
-@dataclass(frozen=True)
-class AnswerRead:
-    """One logit difference the attribution reads: prompt ``prompt_id``'s ``target`` at answer position
-    ``position`` (0: the boundary's next token; ``j``: the next token after the answer's first ``j`` tokens,
-    ``prefix``, teacher-forced), token ``a`` against token ``b`` (``None``: the model's own greedy token there,
-    the argmax of the read's logits)."""
-
-    prompt_id: int
-    target: str
-    position: int
-    prefix: tuple[int, ...]
-    a: int
-    b: int | None
-
-
-def answer_reads(plan: ComponentsPlan, i: int, generated: list[int],
-                 continuation: frozenset[int] = frozenset()) -> list[AnswerRead]:
-    """The reads of prompt ``i`` whose greedy answer is ``generated`` (token ids, the stop token excluded), each
-    where its two answers first differ (:func:`~countlens.llm.answers.divergence`): ``answer``, the correct
-    count's tokens against the model's own greedy answer, at the first position of the correct answer where the
-    greedy one departs from it (a greedy answer that begins with the whole correct answer and ends the number
-    there departs nowhere: read at the boundary, the same token twice, zero; one that goes on with a token of
-    ``continuation``, the tokens that continue a number — "12" for the correct "1" — has no one token there that
-    stands for the correct answer: no ``answer`` read); ``previous``, ``n``'s tokens against ``n − 1``'s (where the
-    plan has them)."""
-    correct = plan.correct[i]
-    departs = [j for j in range(len(correct)) if j >= len(generated) or int(generated[j]) != correct[j]]
-    goes_on = not departs and len(generated) > len(correct) and int(generated[len(correct)]) in continuation
-    j = departs[0] if departs else 0
-    reads = [] if goes_on else [AnswerRead(i, "answer", j, correct[:j], correct[j], None)]
-    other = plan.previous[i]
-    if other is not None:
-        k = divergence([correct, other]).position
-        reads.append(AnswerRead(i, "previous", k, correct[:k], correct[k], other[k]))
-    return reads
-
-
-def _read_rows(plan: ComponentsPlan, reads: list[AnswerRead], at: np.ndarray, writes: BoundaryWrites,
-               logits: np.ndarray, head, frozen) -> tuple[list[dict[str, Any]], list[tuple[int, int, float]]]:
-    """The CSV records of ``reads``, read ``i`` from row ``at[i]`` of a pass's ``writes`` (its real logits
-    ``logits`` (N, V), its frozen final norm ``frozen``), and per read ``(a, b, total)``: the tokens compared
-    and the model's real logit difference of the two (nats)."""
-    L, H = plan.n_blocks, plan.n_heads
-    at = np.asarray(at, dtype=np.int64)
-    N = len(at)
-    b_ids = [r.b if r.b is not None else int(np.argmax(logits[k])) for r, k in zip(reads, at, strict=True)]
-    tokens = np.array([[r.a, b] for r, b in zip(reads, b_ids, strict=True)], dtype=np.int64)  # (N, 2)
-    read = first_token_rows(head, tokens)
-    norm = FrozenNorm(frozen.gain, frozen.shift, frozen.centred, frozen.scale[at])
-    parts, constant = token_parts(writes.writes[at], norm, read)  # (N, 1 + 2L, 2), (N, 2)
-    head_parts, _ = token_parts(writes.heads[at].reshape(N, L * H, -1), norm, read)  # (N, L * H, 2)
-    has_constant = bool(np.any(frozen.shift != 0) or np.any(read.bias != 0))
-    real = logits[at[:, None], tokens]  # (N, 2) the model's own logits of the two tokens
-    shares, const = attributed_differences(parts, constant, read.softcap, 0, 1)
-    head_shares, _ = attributed_differences(head_parts, constant, read.softcap, 0, 1, total_parts=parts)
-    rows, compared = [], []
-    for j, r in enumerate(reads):
-        p = plan.prompts[r.prompt_id]
-        total = float(real[j, 0] - real[j, 1])
-        compared.append((int(tokens[j, 0]), int(tokens[j, 1]), total))
-
-        def row(layer, kind, h, value, r=r, p=p, total=total):
-            return {"prompt_id": r.prompt_id, "n": p.n, "target": r.target, "layer": layer, "kind": kind, "head": h,
-                    "contribution": float(value), "total": total}
-        rows.append(row(None, "embed", None, shares[j, 0]))
-        for b_ in range(L):
-            rows.append(row(b_, "attn", None, shares[j, 1 + 2 * b_]))
-            rows.append(row(b_, "mlp", None, shares[j, 2 + 2 * b_]))
-            rows.extend(row(b_, "head", h, head_shares[j, b_ * H + h]) for h in range(H))
-        if has_constant:
-            rows.append(row(None, "bias", None, const[j]))
-    return rows, compared
-
-
-def _prefixed_pass(model, plan: ComponentsPlan, sequences: list[list[int]], pad_id: int, head):
-    """Every write at the last position of each token list of ``sequences`` (a prompt and an answer prefix), one
-    left-padded pass under :class:`~countlens.llm.components.attribution.ComponentPass`: ``(writes, logits (N, V)
-    float64, frozen final norm)``."""
-    import torch
-
-    device = model.get_input_embeddings().weight.device
-    T = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), T), pad_id, dtype=torch.long, device=device)
-    mask = torch.zeros((len(sequences), T), dtype=torch.long, device=device)
-    for row, s in enumerate(sequences):
-        ids[row, T - len(s):] = torch.tensor(s, dtype=torch.long)
-        mask[row, T - len(s):] = 1
-    rec = ComponentPass(model, *plan.sites)
-    with rec:
-        model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0), use_cache=False)
-    return (boundary_writes(model, rec, plan.n_heads), head.logits(rec.last).double().cpu().numpy(),
-            frozen_norm(head.norm, rec.last))
-
-
 def _whole_pass_scores(plan: ComponentsPlan, model, clean: list[Prompt], cands, write_means: np.ndarray,
                        z_means: np.ndarray, B: int) -> tuple[np.ndarray, np.ndarray]:
     """Patched scores from whole prompt passes (:func:`~countlens.llm.components.ablation.component_scores`):
@@ -517,33 +415,21 @@ def _ablate(plan: ComponentsPlan, model, tok, write_means: np.ndarray, z_means: 
     return out, counts
 
 
-def _answer_rows(plan: ComponentsPlan, model, reads: list[tuple[int, AnswerRead]], writes: BoundaryWrites,
-                 logits: np.ndarray, head, frozen, pad_id: int, B: int):
-    """The CSV records of one batch's ``reads`` (``(row of the batch's boundary pass, read)``) and per
-    ``(prompt_id, target)`` its ``(a, b, total)``: the reads at the boundary from the batch's pass (``writes``,
-    ``logits``, ``frozen``), the others from passes of their prompts with the answer's shared prefix appended
-    (:func:`_prefixed_pass`, ``B`` sequences at a time; a prompt's ``answer`` and ``previous`` share one where
-    their prefixes agree)."""
-    here = [(j, r) for j, r in reads if r.position == 0]
-    rows, compared = [], {}
-    if here:
-        got, pairs = _read_rows(plan, [r for _, r in here], np.array([j for j, _ in here]), writes, logits, head,
-                                frozen)
-        rows.extend(got)
-        compared.update({(r.prompt_id, r.target): c for (_, r), c in zip(here, pairs, strict=True)})
-    later = [r for _, r in reads if r.position > 0]
-    keys = list(dict.fromkeys((r.prompt_id, r.prefix) for r in later))
-    for start in range(0, len(keys), B):
-        chunk = keys[start:start + B]
-        where = {key: k for k, key in enumerate(chunk)}
-        mine = [r for r in later if (r.prompt_id, r.prefix) in where]
-        sequences = [list(plan.prompts[i].ids) + list(prefix) for i, prefix in chunk]
-        w, lg, fz = _prefixed_pass(model, plan, sequences, pad_id, head)
-        got, pairs = _read_rows(plan, mine, np.array([where[(r.prompt_id, r.prefix)] for r in mine]), w, lg, head,
-                                fz)
-        rows.extend(got)
-        compared.update({(r.prompt_id, r.target): c for r, c in zip(mine, pairs, strict=True)})
-    return rows, compared
+def _prompt_record(plan: ComponentsPlan, tok, i: int, p: Prompt, text: str,
+                   seen: dict[str, tuple[AnswerRead, tuple[int, int, float]]]) -> dict[str, Any]:
+    """Prompt ``i``'s record (``prompts.csv``): the prompt, the model's answer ``text``, and per read of ``seen``
+    (target -> (read, (token a, token b, the model's logit difference))) the tokens compared, the answer position
+    read and the logit difference; the ablation's columns empty until :func:`_ablate` fills them."""
+    ans, prev = seen.get("answer"), seen.get("previous")
+    return {"prompt_id": i, "n": p.n, "m": p.m, "pair": p.pair, "config": p.config, "seed": p.seed, "text": p.prompt,
+            "answer_text": text, "answer": parse_answer(text),
+            "correct_token": tok.decode([plan.correct[i][0] if ans is None else ans[1][0]]),
+            "answer_token": None if ans is None else tok.decode([ans[1][1]]),
+            "answer_position": None if ans is None else ans[0].position,
+            "previous_token": None if prev is None else tok.decode([prev[1][1]]),
+            "previous_position": None if prev is None else prev[0].position,
+            "ld_answer": None if ans is None else ans[1][2], "ld_previous": None if prev is None else prev[1][2],
+            "ablated": False, "ablation_ld_clean": None, "ablation_ld_twin": None, "expected_clean": None}
 
 
 def run_components(config: ComponentsConfig, *, loaded: LoadedModel | None = None, progress: bool = False,
@@ -585,22 +471,11 @@ def run_components(config: ComponentsConfig, *, loaded: LoadedModel | None = Non
             logits = head.logits(rec.last).double().cpu().numpy()  # (N, V): the model's own boundary logits
             frozen = frozen_norm(head.norm, rec.last)
             reads = [(j, r) for j, i in enumerate(ids) for r in answer_reads(plan, i, out.tokens[j], continuation)]
-            got, compared = _answer_rows(plan, model, reads, writes, logits, head, frozen, pad_id, B)
+            got, compared = answer_rows(plan, model, reads, writes, logits, head, frozen, pad_id, B)
             rows.extend(got)
             for i, p, text in zip(ids, group, out.texts(tok), strict=True):
                 seen = {r.target: (r, compared[(i, r.target)]) for _, r in reads if r.prompt_id == i}
-                ans, prev = seen.get("answer"), seen.get("previous")
-                records.append({"prompt_id": i, "n": p.n, "m": p.m, "pair": p.pair, "config": p.config,
-                                "seed": p.seed, "text": p.prompt, "answer_text": text, "answer": parse_answer(text),
-                                "correct_token": tok.decode([plan.correct[i][0] if ans is None else ans[1][0]]),
-                                "answer_token": None if ans is None else tok.decode([ans[1][1]]),
-                                "answer_position": None if ans is None else ans[0].position,
-                                "previous_token": None if prev is None else tok.decode([prev[1][1]]),
-                                "previous_position": None if prev is None else prev[0].position,
-                                "ld_answer": None if ans is None else ans[1][2],
-                                "ld_previous": None if prev is None else prev[1][2],
-                                "ablated": False, "ablation_ld_clean": None, "ablation_ld_twin": None,
-                                "expected_clean": None})
+                records.append(_prompt_record(plan, tok, i, p, text, seen))
             bar.update(len(ids))
         P = len(plan.prompts)
         ablation, counts = _ablate(plan, model, tok, write_sum[1:] / P, z_sum / P, pad_id, B, records) \

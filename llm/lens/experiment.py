@@ -244,6 +244,26 @@ def lens_record(name: str, index: int, lens: str, r, j: int, row: int, n: int) -
             "expected": None if not np.isfinite(r.expected[j]) else float(r.expected[j])}
 
 
+def _lens_location(config: LensConfig, head, tokens, acts: np.ndarray, n: np.ndarray, rows, parts, name: str,
+                   i: int, last: int, model_reads, probes, random):
+    """Location ``i`` (``name``) read by the logit and the tuned lens: ``(its summary entry, its test rows, its
+    angle rows)``; ``acts`` (P, locations, d), ``parts`` the (train, val, test) split, ``model_reads`` the
+    model's own read-out of the test and validation prompts (at ``last``)."""
+    model_test, model_val = model_reads
+    test = parts[2]
+    entry = {"name": name, "index": i, "label": location_label(name)}
+    logit = read_through(head, acts[test, i], tokens, n[test])
+    tuned_fit = fit_tuned_lens(head, tokens, acts[:, i], acts[:, last], parts, list(config.alphas), model_val)
+    tuned = read_through(head, tuned_fit.mapped, tokens, n[test])
+    lens_rows = []
+    for lens, r in (("logit", logit), ("tuned", tuned)):
+        entry[lens] = lens_summary(r, model_test, n[test], tokens)
+        lens_rows.extend(lens_record(name, i, lens, r, j, rows[t], n[t]) for j, t in enumerate(test))
+    entry["tuned"].update(alpha_rel=tuned_fit.alpha_rel, val_kl=tuned_fit.val_kl)
+    entry["angles"], mine = _angles(head, tokens, acts[:, i], n, probes.get(name) if probes else None, random)
+    return entry, lens_rows, [{"location": name, "location_index": i, **r} for r in mine]
+
+
 def _run_lens(config: LensConfig, loaded: LoadedModel | None, progress: bool, pool: ModelPool | None) -> LensResult:
     from countlens.llm.steering.experiment import capture_model
     from countlens.probes import ProbeResult, split_rows
@@ -281,18 +301,11 @@ def _run_lens(config: LensConfig, loaded: LoadedModel | None, progress: bool, po
     random = random_directions(config.baseline_directions, acts.shape[2], config.seed)
     locations, lens_rows, angle_rows = [], [], []
     for i in chosen:
-        entry = {"name": names[i], "index": i, "label": location_label(names[i])}
-        logit = read_through(head, acts[test, i], tokens, n[test])
-        tuned_fit = fit_tuned_lens(head, tokens, acts[:, i], acts[:, last], parts, list(config.alphas), model_val)
-        tuned = read_through(head, tuned_fit.mapped, tokens, n[test])
-        for lens, r in (("logit", logit), ("tuned", tuned)):
-            entry[lens] = lens_summary(r, model_test, n[test], tokens)
-            lens_rows.extend(lens_record(names[i], i, lens, r, j, rows[t], n[t]) for j, t in enumerate(test))
-        entry["tuned"].update(alpha_rel=tuned_fit.alpha_rel, val_kl=tuned_fit.val_kl)
-        entry["angles"], mine = _angles(head, tokens, acts[:, i], n, probes.get(names[i]) if probes else None,
-                                        random)
-        angle_rows.extend({"location": names[i], "location_index": i, **r} for r in mine)
+        entry, mine, angles = _lens_location(config, head, tokens, acts, n, rows, parts, names[i], i, last,
+                                             (model_test, model_val), probes, random)
         locations.append(entry)
+        lens_rows.extend(mine)
+        angle_rows.extend(angles)
     number_tokens = [{"id": int(t), "text": loaded.tokenizer.decode([int(t)])} for t in tokens.distinct]
     read_at = {"answer_position": tokens.position, "prefix": [int(t) for t in tokens.prefix],
                "prefix_text": loaded.tokenizer.decode(list(tokens.prefix))}
