@@ -1,8 +1,17 @@
 """Figure 11's patching and the component patching (issue 31) against the libraries a user would otherwise pick,
 on the embedded SmolLM2-135M-Instruct: the same cells written with nnsight (a plain loop, one ``trace`` per cell)
 and with TransformerLens's ``patching`` module, against countlens's own experiment calls; equal cell by cell (the
-largest difference of the patched logit difference LD = log p("n") − log p("n − 1"), one-token answers), and the
+largest difference of the patched logit difference LD = log P(n) − log P(n − 1), one-token answers), and the
 time of each.
+
+P is the final-answer probability of SPEC §3, as countlens scores it: ``log P(k) = log p(k | prompt) +
+log(1 − Σ_{t continues a number} p(t | prompt, k))``. Each reference computes it as a user of its library would:
+one forward of the prompt followed by the candidate token per candidate (the patch at the same prompt
+position(s) as before, so the boundary is position −2), log p(candidate) read at −2 and the stop factor at −1,
+the continuing tokens being ``countlens.llm.answers.number_continuations`` (a definition, not the mechanism
+compared). So the references run twice as many forwards as the plain next-token logit difference needs: that is
+the fair comparison, because countlens computes the stop factor too (it feeds the candidates after one cached
+prompt pass).
 
     OMP_NUM_THREADS=1 python bench/bench_libraries.py [--L 12] [--count 5] [--flip first] [--location-step 2]
 
@@ -18,6 +27,9 @@ set from the clean trace) and ``generic_activation_patch`` with ``layer_pos_patc
 (b) Components: the twin's attention and MLP writes and every head's output (the attention output projection's
 input, one head's slice) at the boundary written into the clean run: ``run_components --source twin --scope
 boundary`` against nnsight. TransformerLens's side of (b) is bench/bench_component_patching.py.
+(c) Memory (``--memory-only``, no nnsight needed): the peak memory of one boundary step of 64 cells from a
+200-token prompt's cache against one cell, with the rows sharing the prefix cache (countlens.llm.boundary) and
+with a copy of it per row (the runner before issue 46), each way in a process of its own.
 
 Each library runs on its own freshly loaded copy of the model (nnsight and the bridge wrap the modules they are
 given). countlens's times are its whole experiment calls (``run_components`` with its DLA pass and greedy answers),
@@ -37,7 +49,7 @@ import time
 import numpy as np
 import torch
 
-from countlens.llm.answers import candidate_token_ids
+from countlens.llm.answers import candidate_token_ids, number_continuations
 from countlens.llm.components.experiment import ComponentsConfig, plan_components, run_components
 from countlens.llm.models import ModelSpec, load_model, quiet_transformers
 from countlens.llm.positions.experiment import PositionPatchingConfig, prompt_pairs, run_position_patching
@@ -55,17 +67,25 @@ def prompt_settings(args) -> PromptSettings:
 
 
 def one_token_answers(tok, n: int, template: str) -> tuple[int, int]:
-    """The answer tokens of ``n`` and ``n − 1`` (one token each, so LD is one pair of last-position logits)."""
+    """The answer tokens of ``n`` and ``n − 1`` (one token each: each candidate is one token fed after the
+    prompt)."""
     n_tok, m_tok = candidate_token_ids(tok, [n, n - 1], template)
     if len(n_tok) != 1 or len(m_tok) != 1:
         sys.exit(f"the answers {n} and {n - 1} are not one token each; choose a one-digit --count")
     return n_tok[0], m_tok[0]
 
 
-def logit_difference(logits, n_tok: int, m_tok: int) -> float:
-    """log p(n) − log p(n − 1) in nats from the last position's logits (V,)."""
-    lp = torch.log_softmax(logits.double(), dim=-1)
-    return float(lp[n_tok] - lp[m_tok])
+def final_logprob(logits, cand: int, stops) -> torch.Tensor:
+    """log P(``cand`` is the final answer) in nats, a 0-d float64 tensor, from the logits (≥ 2, V) of the prompt
+    followed by ``cand``: log p(cand) at the boundary (position −2) plus log(1 − Σ_{t ∈ stops} p(t)) at the last
+    position (−1); ``stops`` (S,) int64: the tokens that continue a number (``number_continuations``)."""
+    boundary = torch.log_softmax(logits[-2].double(), dim=-1)[cand]
+    return boundary + torch.log1p(-torch.softmax(logits[-1].double(), dim=-1)[stops].sum())
+
+
+def with_token(ids, cand: int) -> torch.Tensor:
+    """(1, T + 1): the prompt ``ids`` followed by the candidate token ``cand``."""
+    return torch.tensor([list(ids) + [cand]])
 
 
 def fresh_model():
@@ -75,8 +95,9 @@ def fresh_model():
 # ------------------------------------------------------------------------------------ (a) Figure 11
 
 
-def nnsight_positions(model, pair, locations, positions, n_tok, m_tok) -> np.ndarray:
-    """(locations, positions) LD of the corrupted run with the clean residual written at each cell, one trace each."""
+def nnsight_positions(model, pair, locations, positions, n_tok, m_tok, stops) -> np.ndarray:
+    """(locations, positions) LD of the corrupted run with the clean residual written at each cell: one trace per
+    cell and candidate, the corrupted prompt followed by the candidate (final answers, module docstring)."""
     from nnsight import NNsight
 
     nm = NNsight(model)
@@ -84,7 +105,8 @@ def nnsight_positions(model, pair, locations, positions, n_tok, m_tok) -> np.nda
     def site(loc):  # location 0: the embeddings (block 0's input); l >= 1: block l - 1's output
         return nm.model.embed_tokens if loc == 0 else nm.model.layers[loc - 1]
 
-    clean, corrupt = torch.tensor([pair.clean.ids]), torch.tensor([pair.corrupt.ids])
+    clean = torch.tensor([pair.clean.ids])
+    corrupt = {c: with_token(pair.corrupt.ids, c) for c in (n_tok, m_tok)}
     out = np.zeros((len(locations), len(positions)))
     with torch.no_grad():
         saved = []  # made outside the trace: nnsight hands back only what is saved or mutated in it
@@ -93,10 +115,13 @@ def nnsight_positions(model, pair, locations, positions, n_tok, m_tok) -> np.nda
                 saved.append(site(loc).output.clone().save())
         for j, loc in enumerate(locations):
             for k, p in enumerate(positions):
-                with nm.trace(corrupt):
-                    site(loc).output[:, p] = saved[j][:, p]
-                    logits = nm.output.logits[0, -1].save()
-                out[j, k] = logit_difference(logits, n_tok, m_tok)
+                final = {}
+                for c, ids in corrupt.items():
+                    with nm.trace(ids):
+                        site(loc).output[:, p] = saved[j][:, p]
+                        logits = nm.output.logits[0, -2:].save()
+                    final[c] = float(final_logprob(logits, c, stops))
+                out[j, k] = final[n_tok] - final[m_tok]
     return out
 
 
@@ -107,17 +132,19 @@ def bridge_of(loaded):
                                                tokenizer=loaded.tokenizer, device="cpu", dtype=loaded.model.dtype)
 
 
-def transformer_lens_positions(bridge, N, pair, locations, positions, n_tok, m_tok) -> np.ndarray:
+def transformer_lens_positions(bridge, N, pair, locations, positions, n_tok, m_tok, stops) -> np.ndarray:
     """The same cells through ``generic_activation_patch`` (``layer_pos_patch_setter``, the cells as an
     ``index_df``) on ``bridge`` (N blocks): location l < N is ``blocks.{l}.hook_resid_pre``, location N
-    ``blocks.{N-1}.hook_resid_post``. The clean run's cache is made here, as a user's code would."""
+    ``blocks.{N-1}.hook_resid_post``; one call per candidate, its corrupted tokens the corrupted prompt followed by
+    the candidate, its metric the candidate's final log-probability. The clean run's cache is made here, as a
+    user's code would."""
     import pandas as pd
     from transformer_lens import patching
 
-    clean, corrupt = torch.tensor([pair.clean.ids]), torch.tensor([pair.corrupt.ids])
+    clean = torch.tensor([pair.clean.ids])
 
-    def metric(logits):
-        return torch.tensor(logit_difference(logits[0, -1], n_tok, m_tok))
+    def metric_of(cand):
+        return lambda logits: final_logprob(logits[0], cand, stops)
 
     out = np.zeros((len(locations), len(positions)))
     with torch.no_grad():
@@ -129,32 +156,41 @@ def transformer_lens_positions(bridge, N, pair, locations, positions, n_tok, m_t
                 continue
             index = pd.DataFrame({"layer": [layer_of(locations[j]) for j in rows for _ in positions],
                                   "pos": [p for _ in rows for p in positions]})
-            with contextlib.redirect_stderr(io.StringIO()):  # its progress bar, one line per cell
-                values = patching.generic_activation_patch(bridge, corrupt, cache, metric,
-                                                           patch_setter=patching.layer_pos_patch_setter,
-                                                           activation_name=name, index_df=index)
-            out[rows] = values.double().numpy().reshape(len(rows), len(positions))
+            final = {}
+            for c in (n_tok, m_tok):
+                with contextlib.redirect_stderr(io.StringIO()):  # its progress bar, one line per cell
+                    final[c] = patching.generic_activation_patch(bridge, with_token(pair.corrupt.ids, c), cache,
+                                                                 metric_of(c),
+                                                                 patch_setter=patching.layer_pos_patch_setter,
+                                                                 activation_name=name, index_df=index)
+            values = final[n_tok].double() - final[m_tok].double()
+            out[rows] = values.numpy().reshape(len(rows), len(positions))
     return out
 
 
 # ------------------------------------------------------------------------------------ (b) components
 
 
-def nnsight_components(model, clean_ids, twin_ids, n_tok, m_tok, n_heads) -> dict:
+def nnsight_components(model, clean_ids, twin_ids, n_tok, m_tok, n_heads, stops) -> dict:
     """{(layer, kind, head): LD change} of the clean run with one of the twin's boundary writes (``attn``, ``mlp``)
-    or one head's slice of the output projection's input (``head``) written in, one trace each."""
+    or one head's slice of the output projection's input (``head``) written in at the boundary: one trace per
+    cell and candidate, the clean prompt followed by the candidate (so the boundary is position −2)."""
     from nnsight import NNsight
 
     nm = NNsight(model)
     layers = nm.model.layers
     hd = model.config.hidden_size // n_heads
-    clean, twin = torch.tensor([clean_ids]), torch.tensor([twin_ids])
+    twin = torch.tensor([twin_ids])
+    clean = {c: with_token(clean_ids, c) for c in (n_tok, m_tok)}
 
     def patched(write) -> float:
-        with nm.trace(clean):
-            write()
-            logits = nm.output.logits[0, -1].save()
-        return logit_difference(logits, n_tok, m_tok)
+        final = {}
+        for c, ids in clean.items():
+            with nm.trace(ids):
+                write()
+                logits = nm.output.logits[0, -2:].save()
+            final[c] = float(final_logprob(logits, c, stops))
+        return final[n_tok] - final[m_tok]
 
     out = {}
     with torch.no_grad():
@@ -167,20 +203,122 @@ def nnsight_components(model, clean_ids, twin_ids, n_tok, m_tok, n_heads) -> dic
         base = patched(lambda: None)
         for b, layer in enumerate(layers):
             def attn_write(b=b, layer=layer):
-                layer.self_attn.output[0][:, -1] = attn[b]
+                layer.self_attn.output[0][:, -2] = attn[b]
 
             def mlp_write(b=b, layer=layer):
-                layer.mlp.output[:, -1] = mlp[b]
+                layer.mlp.output[:, -2] = mlp[b]
             out[(b, "attn", None)] = patched(attn_write) - base
             out[(b, "mlp", None)] = patched(mlp_write) - base
             for h in range(n_heads):
                 def head_write(b=b, layer=layer, h=h):
-                    layer.self_attn.o_proj.input[:, -1, h * hd:(h + 1) * hd] = z[b][:, h * hd:(h + 1) * hd]
+                    layer.self_attn.o_proj.input[:, -2, h * hd:(h + 1) * hd] = z[b][:, h * hd:(h + 1) * hd]
                 out[(b, "head", h)] = patched(head_write) - base
     return out
 
 
+# ------------------------------------------------------------------------------------ (c) memory
+
+
+def rss_peak(fn, interval: float = 0.0005) -> tuple[float, object]:
+    """``(peak resident memory above the level at the start, in MiB; fn())``: the process's RSS sampled every
+    ``interval`` seconds in a thread while ``fn`` runs (torch's CPU tensors are not Python allocations, so
+    tracemalloc does not see them; large tensors are mapped and unmapped whole, so RSS follows them)."""
+    import gc
+    import threading
+
+    import psutil
+
+    gc.collect()
+    proc = psutil.Process()
+    start = proc.memory_info().rss
+    peak = [start]
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], proc.memory_info().rss)
+            time.sleep(interval)
+    thread = threading.Thread(target=sample)
+    thread.start()
+    try:
+        value = fn()
+    finally:
+        done.set()
+        thread.join()
+    return (max(peak[0], proc.memory_info().rss) - start) / 2 ** 20, value
+
+
+def memory(loaded, modes=("shared", "copied"), tokens: int = 200, cells: int = 64) -> dict:
+    """Peak memory (MiB above the start) of one boundary step of ``cells`` rows (and of one row) from the
+    prefix cache of a ~``tokens``-token prompt, with the rows sharing the cache (countlens now) and with a copy
+    of the cache per row (before: ``select_cache_rows``); the prefix pass itself is outside the measure."""
+    from types import SimpleNamespace
+
+    from countlens.llm import boundary
+    from countlens.llm.answers import select_cache_rows
+    from countlens.llm.capture.residuals import pad_token_id
+    from countlens.llm.prompts import build_prompts
+
+    model, tok = loaded.model, loaded.tokenizer
+    base = build_prompts(tok, PromptSettings(L=12, counts=[5], pairs=[["a", "b"]], configs=["count"], seeds=[0]))[0]
+    head = base.ids[:base.first_item_index]
+    ids = list(head) + list(base.ids[base.first_item_index:-1]) * 64
+    ids = ids[:tokens - 1] + [base.ids[-1]]
+    prompt = SimpleNamespace(ids=ids, n_tokens=len(ids), boundary_index=len(ids) - 1)
+    cands = candidate_token_ids(tok, [4, 5], "chat")
+    out = {"tokens": len(ids)}
+    shared = boundary.shared_cache_rows
+    with torch.inference_mode():
+        batch = boundary.PrefixBatch(model, [prompt], pad_token_id(tok))
+        ways = {"copied": lambda cache, rows, model=None: select_cache_rows(cache, rows), "shared": shared}
+        for mode, fn in ((m, ways[m]) for m in modes):
+            boundary.shared_cache_rows = fn
+            try:
+                for r in (1, cells):
+                    batch.step([0] * r, [cands] * r)  # warm
+                    peak, _ = rss_peak(lambda r=r: batch.step([0] * r, [cands] * r))
+                    out[(mode, r)] = peak
+            finally:
+                boundary.shared_cache_rows = shared
+    layers = batch.cache.layers
+    out["prefix_mib"] = sum(x.keys.numel() * x.keys.element_size() + x.values.numel() * x.values.element_size()
+                            for x in layers) / 2 ** 20
+    return out
+
+
+def memory_apart(cells: int = 64) -> dict:
+    """:func:`memory` of each mode in a fresh process of its own, glibc's mmap threshold fixed at 128 KiB (so
+    every large tensor is mapped and unmapped whole, and one mode's freed memory cannot hide the next's)."""
+    import json
+    import subprocess
+
+    out: dict = {}
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072", "OMP_NUM_THREADS": "1"}
+    for mode in ("shared", "copied"):
+        text = subprocess.run([sys.executable, __file__, "--memory-mode", mode], env=env, check=True,
+                              capture_output=True, text=True).stdout
+        got = json.loads(text.strip().splitlines()[-1])
+        out.update({(mode, int(r)): v for r, v in got["peaks"].items()}, tokens=got["tokens"],
+                   prefix_mib=got["prefix_mib"])
+    return out
+
+
+def print_memory(m: dict, cells: int = 64) -> None:
+    print(f"(c) memory of one boundary step from a {m['tokens']}-token prompt's cache ({m['prefix_mib']:.1f} MiB "
+          f"of keys and values): peak RSS above the start, 1 cell / {cells} cells")
+    for mode in ("copied", "shared"):
+        print(f"    rows {mode:7s}: {m[(mode, 1)]:.1f} MiB / {m[(mode, cells)]:.1f} MiB")
+
+
 # ------------------------------------------------------------------------------------ the run
+
+
+def record(key: str, **row) -> None:
+    """Write one row of BENCHMARKS.md's table (bench/record.py; ``python bench/table.py`` renders it)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from record import write_row
+
+    write_row("bench_libraries", key, **row)
 
 
 def timed(fn, *args):
@@ -206,7 +344,29 @@ def main() -> None:
                     help="which target the twin turns into the distractor (default: first)")
     ap.add_argument("--location-step", type=int, default=2,
                     help="Figure 11 patches every this-many-th location and the last (default: 2)")
+    ap.add_argument("--memory-only", action="store_true",
+                    help="measure (c), the boundary step's peak memory, alone (no nnsight needed; default: off)")
+    ap.add_argument("--memory-mode", choices=("shared", "copied"), default=None,
+                    help="internal: measure one way of giving the rows their cache, print JSON (default: none)")
     args = ap.parse_args()
+    if args.memory_mode:
+        import json
+
+        quiet_transformers()
+        m = memory(fresh_model(), modes=(args.memory_mode,))
+        print(json.dumps({"tokens": m["tokens"], "prefix_mib": m["prefix_mib"],
+                          "peaks": {k[1]: v for k, v in m.items() if isinstance(k, tuple)}}))
+        return
+    if args.memory_only:
+        m = memory_apart()
+        print_memory(m)
+        record("boundary_memory", what=f"one boundary step of 64 cells from a {m['tokens']}-token prompt's cache",
+               countlens=f"rows share the cache: {m[('shared', 64)]:.0f} MiB peak (1 cell {m[('shared', 1)]:.0f} MiB)",
+               baseline=f"a cache copy per row: {m[('copied', 64)]:.0f} MiB (1 cell {m[('copied', 1)]:.0f} MiB)",
+               ratio=f"{m[('copied', 64)] / max(m[('shared', 64)], 1e-9):.1f}×",
+               command="python bench/bench_libraries.py --memory-only",
+               note="peak RSS above the start, sampled every 0.5 ms, one process per way")
+        return
     try:
         import nnsight  # noqa: F401
         import transformer_lens  # noqa: F401
@@ -227,6 +387,7 @@ def main() -> None:
     locations, positions = [loc["index"] for loc in result.locations], row.positions
     ld_a = np.array(row.ld)
     n_tok, m_tok = one_token_answers(tok, pair.clean.n, fig.prompts.template)
+    stops = torch.as_tensor(number_continuations(tok))  # a definition: made outside every timed call
 
     comp = ComponentsConfig(model=ModelSpec(), prompts=prompt_settings(args), ablate_prompts=1, source="twin",
                             scope="boundary", batch_size=8, flip=args.flip)
@@ -237,10 +398,12 @@ def main() -> None:
     _, *dla = timed(lambda: run_components(comp.with_options(ablate_prompts=0), loaded=loaded))
     ld_b = {(a["layer"], a["kind"], a["head"]): a["ld_change_mean"] for a in comp_result.ablation}
 
-    nn_a, *nn_a_s = timed(nnsight_positions, fresh_model().model, pair, locations, positions, n_tok, m_tok)
-    nn_b, *nn_b_s = timed(nnsight_components, fresh_model().model, clean.ids, twin.ids, n_tok, m_tok, plan.n_heads)
+    nn_a, *nn_a_s = timed(nnsight_positions, fresh_model().model, pair, locations, positions, n_tok, m_tok, stops)
+    nn_b, *nn_b_s = timed(nnsight_components, fresh_model().model, clean.ids, twin.ids, n_tok, m_tok, plan.n_heads,
+                          stops)
     bridge = bridge_of(fresh_model())  # booted outside the time, as bench_component_patching does
-    tl_a, *tl_a_s = timed(transformer_lens_positions, bridge, plan.n_blocks, pair, locations, positions, n_tok, m_tok)
+    tl_a, *tl_a_s = timed(transformer_lens_positions, bridge, plan.n_blocks, pair, locations, positions, n_tok, m_tok,
+                          stops)
 
     cells_a = ld_a.size
     worst_a = {"nnsight": float(np.abs(nn_a - ld_a).max()), "TransformerLens": float(np.abs(tl_a - ld_a).max())}
@@ -254,8 +417,9 @@ def main() -> None:
           f"{worst_a['TransformerLens']:.2e} nats (largest |LD − LD corrupted| "
           f"{float(np.abs(ld_a - row.ld_corrupt).max()):.3f})")
     print(f"    countlens run_position_patching {seconds(*ours_a)} ({result.runs} patched runs of {cells_a} cells)")
-    print(f"    nnsight, a trace per cell: {seconds(*nn_a_s)}: {ratio(nn_a_s, ours_a)}")
-    print(f"    TransformerLens generic_activation_patch: {seconds(*tl_a_s)}: {ratio(tl_a_s, ours_a)}")
+    print(f"    nnsight, a trace per cell and candidate: {seconds(*nn_a_s)}: {ratio(nn_a_s, ours_a)}")
+    print(f"    TransformerLens generic_activation_patch, a call per candidate: {seconds(*tl_a_s)}: "
+          f"{ratio(tl_a_s, ours_a)}")
     print(f"(b) components: {len(keys)} cells (attention and MLP writes and heads of {plan.n_blocks} blocks at the "
           f"boundary), count {clean.n} vs its twin")
     print(f"    largest |countlens − nnsight| of the LD change {worst_b:.2e} nats (largest change "
@@ -263,9 +427,22 @@ def main() -> None:
           f"{max(keys, key=lambda k: abs(ld_b[k])) == max(keys, key=lambda k: abs(nn_b[k]))}")
     print(f"    countlens run_components (DLA, answers and the patching) {seconds(*ours_b)}; its patching alone "
           f"{seconds(*alone)} (less the same call without the ablation, {seconds(*dla)})")
-    print(f"    nnsight, a trace per cell: {seconds(*nn_b_s)}: {ratio(nn_b_s, ours_b)}; against the patching alone "
-          f"{ratio(nn_b_s, alone)}")
+    print(f"    nnsight, a trace per cell and candidate: {seconds(*nn_b_s)}: {ratio(nn_b_s, ours_b)}; against the "
+          f"patching alone {ratio(nn_b_s, alone)}")
     print(f"load average at end {os.getloadavg()[0]:.2f} (1 min)")
+    record("nnsight_components", what=f"component patching, {len(keys)} cells, one pair",
+           countlens=f"{ours_b[1]:.1f} s CPU ({ours_b[0]:.1f} s wall; patching alone {alone[1]:.1f} s CPU)",
+           baseline=f"a plain nnsight loop of a `trace` per cell and candidate ({nn_b_s[1]:.1f} s CPU)",
+           ratio=f"{nn_b_s[1] / ours_b[1]:.2f}×", command="OMP_NUM_THREADS=1 python bench/bench_libraries.py",
+           note=f"by CPU time, the whole `run_components` call; final-answer LD change equal cell by cell "
+                f"({worst_b:.1e} nats)")
+    record("position_patching", what=f"Figure 11's patching, {cells_a} cells, one pair",
+           countlens=f"`run_position_patching`, {ours_a[1]:.1f} s CPU",
+           baseline=f"nnsight, a `trace` per cell and candidate ({nn_a_s[1]:.1f} s CPU); TransformerLens "
+                    f"`generic_activation_patch` ({tl_a_s[1]:.1f} s CPU)",
+           ratio=f"{nn_a_s[1] / ours_a[1]:.1f}× / {tl_a_s[1] / ours_a[1]:.1f}×",
+           command="OMP_NUM_THREADS=1 python bench/bench_libraries.py",
+           note=f"by CPU time; final-answer LD equal cell by cell ({max(worst_a.values()):.1e} nats)")
     worst = max(*worst_a.values(), worst_b)
     if worst > TOLERANCE:
         sys.exit(f"FAILED: a cell differs by {worst:.2e} nats (tolerance {TOLERANCE:.0e})")
