@@ -276,7 +276,7 @@ def add_config_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup
     apply in one mode of the command alone, which their shown default names first (``(--positions
     boundary; default: 3)``); ``inherit``: a subcommand's options that its parent command has too (``probe
     --seeds 0 sweep``): a value given to the parent stays unless given again here (argparse's ``SUPPRESS``),
-    the help naming the default as with ``unset``. A switch whose flag is ``--no-<...>`` (an ``alias``) turns
+    the help naming the default as with ``unset``. A switch whose flag is ``--no-<setting>`` (an ``alias``) turns
     its setting off. Each action carries
     its :class:`Option` (``action.option``), which :func:`config_values` reads back, and its field's rule
     (``action.rule``, as a shared option does: a test writes a value it refuses)."""
@@ -293,7 +293,9 @@ def add_config_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup
         # a command's own default is given whatever ``unset`` says
         given = None if option.default is None else option.shown(option.default)
         if option.switch:
-            off = option.flag.startswith("--no-")  # a setting on by default, turned off by its flag
+            # a setting on by default, turned off by its flag (``--no-standardize`` for ``standardize``); a
+            # setting named for the negation itself (``no_cache``'s ``--no-cache``) is turned on by it
+            off = option.flag == "--no-" + name.replace("_", "-")
             action = parser.add_argument(option.flag, dest=name, action="store_false" if off else "store_true",
                                          default=argparse.SUPPRESS if inherit else
                                          None if unset and given is None else bool(default), help=text)

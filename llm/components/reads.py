@@ -1,12 +1,14 @@
 """Where Figure 14's direct logit attribution reads (:mod:`countlens.llm.components.experiment`): each logit
 difference at the answer position where its two answers first differ (definitions §2.19,
 :func:`~countlens.llm.answers.divergence`) — at the boundary from the batch's own pass, later from a pass of the
-prompt with the answers' shared prefix appended (teacher-forced) — and the CSV records of those reads."""
+prompt with the answers' shared prefix appended (teacher-forced) — and the CSV records of those reads. ``plan``
+is the run's :class:`~countlens.llm.components.experiment.ComponentsPlan` (not imported: the experiment imports
+this module)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -21,9 +23,6 @@ from countlens.llm.components.attribution import (
     frozen_norm,
     token_parts,
 )
-
-if TYPE_CHECKING:
-    from countlens.llm.components.experiment import ComponentsPlan
 
 
 @dataclass(frozen=True)
@@ -41,7 +40,7 @@ class AnswerRead:
     b: int | None
 
 
-def answer_reads(plan: ComponentsPlan, i: int, generated: list[int],
+def answer_reads(plan, i: int, generated: list[int],
                  continuation: frozenset[int] = frozenset()) -> list[AnswerRead]:
     """The reads of prompt ``i`` whose greedy answer is ``generated`` (token ids, the stop token excluded), each
     where its two answers first differ (:func:`~countlens.llm.answers.divergence`): ``answer``, the correct
@@ -63,7 +62,7 @@ def answer_reads(plan: ComponentsPlan, i: int, generated: list[int],
     return reads
 
 
-def read_rows(plan: ComponentsPlan, reads: list[AnswerRead], at: np.ndarray, writes: BoundaryWrites,
+def read_rows(plan, reads: list[AnswerRead], at: np.ndarray, writes: BoundaryWrites,
                logits: np.ndarray, head, frozen) -> tuple[list[dict[str, Any]], list[tuple[int, int, float]]]:
     """The CSV records of ``reads``, read ``i`` from row ``at[i]`` of a pass's ``writes`` (its real logits
     ``logits`` (N, V), its frozen final norm ``frozen``), and per read ``(a, b, total)``: the tokens compared
@@ -100,7 +99,7 @@ def read_rows(plan: ComponentsPlan, reads: list[AnswerRead], at: np.ndarray, wri
     return rows, compared
 
 
-def prefixed_pass(model, plan: ComponentsPlan, sequences: list[list[int]], pad_id: int, head):
+def prefixed_pass(model, plan, sequences: list[list[int]], pad_id: int, head):
     """Every write at the last position of each token list of ``sequences`` (a prompt and an answer prefix), one
     left-padded pass under :class:`~countlens.llm.components.attribution.ComponentPass`: ``(writes, logits (N, V)
     float64, frozen final norm)``."""
@@ -120,7 +119,7 @@ def prefixed_pass(model, plan: ComponentsPlan, sequences: list[list[int]], pad_i
             frozen_norm(head.norm, rec.last))
 
 
-def answer_rows(plan: ComponentsPlan, model, reads: list[tuple[int, AnswerRead]], writes: BoundaryWrites,
+def answer_rows(plan, model, reads: list[tuple[int, AnswerRead]], writes: BoundaryWrites,
                  logits: np.ndarray, head, frozen, pad_id: int, B: int):
     """The CSV records of one batch's ``reads`` (``(row of the batch's boundary pass, read)``) and per
     ``(prompt_id, target)`` its ``(a, b, total)``: the reads at the boundary from the batch's pass (``writes``,

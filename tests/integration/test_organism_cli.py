@@ -59,7 +59,7 @@ def test_train_check_reuse_and_capture_on_the_organism(tmp_path, capsys):
     assert "other settings" in capsys.readouterr().err
     assert organism("check", "--model", str(out), "--out", str(tmp_path / "checks"), "--quiet", "--threads", "1") == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 17 and all(line.startswith("organism check: PASS") for line in lines[:-1])  # one per check
+    assert len(lines) == 19 and all(line.startswith("organism check: PASS") for line in lines[:-1])  # one per check
     assert lines[-1].startswith("organism check: INFO steering slope")  # reported with no bound
     checks = json.loads((tmp_path / "checks" / "checks.json").read_text())["checks"]
     assert all(c["passed"] for c in checks if c["holds"] != "info")

@@ -104,3 +104,16 @@ def test_a_subcommand_inherits_its_parents_values_and_a_no_switch_turns_a_settin
     assert isinstance(actions[1].rule, Ints) and actions[1].rule.minimum == 2
     text = child.format_help()
     assert "optimiser steps (default: 300)" in text and "split seeds (default: 0,1,2)" in text and "slow" in text
+
+
+def test_a_switch_named_for_its_negation_is_turned_on_by_its_flag():
+    """``--no-cache`` sets ``no_cache`` (the setting is the negation itself), while ``--no-standardize`` turns
+    ``standardize`` off: read back from the real commands' parsers."""
+    from countlens.pipeline.cli import build_parser
+
+    argv = ["llm", "capture", "--out", "b", "--no-cache"]
+    assert build_parser(argv).parse_args(argv).no_cache is True
+    argv = ["llm", "capture", "--out", "b"]
+    assert not build_parser(argv).parse_args(argv).no_cache
+    argv = ["probe", "--acts", "a", "--out", "b", "--no-standardize"]
+    assert build_parser(argv).parse_args(argv).standardize is False
