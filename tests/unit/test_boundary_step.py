@@ -126,3 +126,33 @@ def test_a_setter_off_the_boundary_is_refused(family_model):  # noqa: F811
     with pytest.raises(ValueError, match="positions=\\[-1\\]"):
         boundary_cell_scores(loaded.model, clean, [cands] * 2, [[[Setter(site, torch.zeros(32))]], []],
                              pad_token_id(loaded.tokenizer))
+
+
+HALF_TOLERANCE = {torch.bfloat16: 0.1, torch.float16: 0.02}  # nats: a few of the dtype's ulps of the logits
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("family", ["llama-3", "qwen2", "gemma-2"])
+def test_the_boundary_step_in_half_precision_agrees_with_the_whole_pass_to_the_dtypes_tolerance(
+        family_model, family, dtype):  # noqa: F811
+    """``--dtype bfloat16/float16``: the batched boundary step of the twin's writes and the whole prompt pass in
+    the same dtype agree within a few of its ulps (the two run the same arithmetic in other shapes and orders),
+    and both within twice that of float64's."""
+    loaded = load_model(str(family_model(family)), progress=False)
+    tok = loaded.tokenizer
+    clean, twins, cands = pairs(tok, family)
+    batch = 1 if family.startswith("gemma") else 2
+    got = {}
+    for dt in (torch.float64, dtype):
+        model = loaded.model.to(dt)
+        writes, z_sites, H = sites_of(model)
+        with torch.inference_mode():
+            got[dt], _ = twin_boundary_scores(model, clean, twins, [cands] * 2, writes, z_sites, H,
+                                              pad_token_id(tok), batch)
+            w, _ = boundary_site_values(model, twins[0].ids, [writes, z_sites])
+            cells = [[component_setter(s, w[j], "boundary")] for j, s in enumerate(writes)]
+            whole = patched_prompt_logprobs(model, clean[0].ids, cands, cells, batch_size=8)
+        assert np.isfinite(got[dt]).all()
+        np.testing.assert_allclose(got[dt][0], whole, rtol=0, atol=1e-5 if dt == torch.float64 else HALF_TOLERANCE[dt])
+    # and the half-precision runner reads what float64 reads, to the same tolerance
+    np.testing.assert_allclose(got[dtype], got[torch.float64], rtol=0, atol=2 * HALF_TOLERANCE[dtype])
