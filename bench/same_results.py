@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-TIMES = {"seconds", "capture_seconds", "wall_s", "cpu_s", "created_utc", "load_seconds", "latency_s",
+TIMES = {"seconds", "act_seconds", "capture_seconds", "wall_s", "cpu_s", "created_utc", "load_seconds", "latency_s",
          "compute_s", "write_s"}
 BOOKKEEPING = {"stage.json", "reproduce.json"}
 # Settings renamed since older reports (old name -> new name): one name per setting (issue 20).

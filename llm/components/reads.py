@@ -145,6 +145,9 @@ def answer_rows(plan, model, reads: list[tuple[int, AnswerRead]], writes: Bounda
                                 fz)
         rows.extend(got)
         compared.update({(r.prompt_id, r.target): c for r, c in zip(mine, pairs, strict=True)})
+    # target by target, then prompt by prompt (as the batch's reads come); stable: a read's rows keep their order
+    order = {(r.prompt_id, r.target): (r.target != "answer", k) for k, (_, r) in enumerate(reads)}
+    rows.sort(key=lambda row: order[(row["prompt_id"], row["target"])])
     return rows, compared
 
 
