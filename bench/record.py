@@ -28,6 +28,8 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+from countlens.core.io import locked, write_text_atomic
+
 # where the rows go; COUNTLENS_BENCH_ROWS redirects them (a smoke run at toy sizes must not replace the figures)
 ROWS = Path(os.environ.get("COUNTLENS_BENCH_ROWS") or Path(__file__).resolve().parent / "results" / "rows")
 FIELDS = ("what", "countlens", "baseline", "ratio", "command", "note", "date", "machine", "load")
@@ -84,17 +86,10 @@ def write_row(bench: str, key: str, *, what: str, countlens: str, baseline: str,
            "load": load_now() if load is None else load}
     ROWS.mkdir(parents=True, exist_ok=True)
     path = ROWS / f"{bench}.json"
-    with _locked(Path(tempfile.gettempdir()) / "countlens-bench-rows.lock"):
+    with locked(Path(tempfile.gettempdir()) / "countlens-bench-rows.lock"):
         data = read_rows(path) if path.exists() else {"bench": bench, "rows": {}}
         data["rows"][key] = row
-        fd, tmp = tempfile.mkstemp(dir=ROWS, prefix=f".{bench}.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1, ensure_ascii=False)
-            f.write("\n")
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would make the committed file private
-        os.replace(tmp, path)
+        write_text_atomic(path, json.dumps(data, indent=1, ensure_ascii=False) + "\n")
     return path
 
 
@@ -137,17 +132,3 @@ def read_rows(path: Path) -> dict:
     return data
 
 
-@contextlib.contextmanager
-def _locked(path: Path):
-    """An exclusive advisory lock on ``path`` (POSIX); a no-op where ``fcntl`` is missing."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        yield
-        return
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)

@@ -23,7 +23,6 @@ dequantised on every load).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
@@ -33,12 +32,11 @@ import shutil
 import struct
 import sys
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from countlens.core.io import free_bytes, size_text, write_json_atomic
+from countlens.core.io import free_bytes, locked, size_text, write_json_atomic
 
 # GGUF metadata value types (https://github.com/ggml-org/ggml/blob/master/docs/gguf.md)
 _SCALAR = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
@@ -290,23 +288,6 @@ def identity_key(identity: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """An exclusive lock on ``path`` (a lock file) where the platform has ``fcntl``; no lock elsewhere."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not POSIX
-        yield
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def _write_folder(target: Path, fill) -> Path:
     """Fill a temporary folder beside ``target`` (``fill(folder)``) and rename it into place."""
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -365,7 +346,7 @@ class GGUFCache:
             pass
         record = {"identity": self.identity, "sha256": file_sha256(self.gguf)}
         if self.writable():
-            with _locked(self.path / ".lock"):
+            with locked(self.path / ".lock"):
                 write_json_atomic(path, record)
                 self._remove_stale()
         return record
@@ -405,7 +386,7 @@ class GGUFCache:
                  "load converts it again (set COUNTLENS_CACHE to a writable folder, or pass --no-cache)")
             return None
         self.source()
-        with _locked(self.path / ".lock"):
+        with locked(self.path / ".lock"):
             done = self.part(name)  # another process may have made it meanwhile
             if done is not None:
                 return done

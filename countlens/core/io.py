@@ -7,6 +7,7 @@ into place, so an interruption never leaves a half-written result.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import importlib.metadata
@@ -17,6 +18,7 @@ import platform
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +113,26 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
     """Write ``obj`` as indented, strict JSON to ``path`` atomically (see :func:`to_jsonable`)."""
     return write_text_atomic(path, json.dumps(to_jsonable(obj), indent=2, allow_nan=False) + "\n")
+
+
+@contextlib.contextmanager
+def locked(path: str | os.PathLike) -> Iterator[None]:
+    """An exclusive advisory lock on the lock file ``path`` (made if missing) while the block runs, where the
+    platform has ``fcntl``; no lock elsewhere. Writers of one shared file (a cache entry, a results file) take it
+    around their read-modify-write."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def read_json(path: str | os.PathLike, what: str = "file") -> Any:
