@@ -226,6 +226,64 @@ def _post(fn: HookFn, item: int = 0):
     return hook
 
 
+def n_blocks_of(config) -> int:
+    """The number of decoder blocks a ``transformers`` config declares (its text model's, if nested)."""
+    text_config = getattr(config, "text_config", None) or config
+    n = getattr(text_config, "num_hidden_layers", None)
+    if not isinstance(n, int) or n < 1:
+        raise UsageError(f"the model's config ({type(config).__name__}) declares no number of layers; "
+                         "this architecture is not supported")
+    return n
+
+
+def find_blocks(model) -> Any:
+    """The decoder blocks (an ``nn.ModuleList``) of a causal LM: Llama, Qwen2, Gemma, GPT-2, GPT-NeoX, ...
+
+    The blocks are the ``ModuleList`` whose length is the config's number of layers; where several match,
+    the shallowest one (``model.layers`` / ``transformer.h`` / ``gpt_neox.layers``) wins.
+    """
+    import torch.nn as nn
+
+    n_layers = n_blocks_of(model.config)
+    found = [(name.count("."), name, mod) for name, mod in model.named_modules()
+             if isinstance(mod, nn.ModuleList) and len(mod) == n_layers and len(mod) > 0]
+    if not found:
+        raise UsageError(f"cannot find the decoder blocks of {type(model).__name__} (no ModuleList of "
+                         f"{n_layers} layers); this architecture is not supported")
+    return min(found, key=lambda t: (t[0], t[1]))[2]
+
+
+# The most negative mask value that a float32 softmax keeps finite (below it, float64's own minimum turns
+# into -inf in a float32 cast).
+FLOAT32_MASK_MIN = -3.4028234663852886e38
+
+
+def _finite_mask(module, args, kwargs):
+    import torch
+
+    mask = kwargs.get("attention_mask")
+    if isinstance(mask, torch.Tensor) and mask.dtype == torch.float64:
+        kwargs["attention_mask"] = mask.clamp(min=FLOAT32_MASK_MIN)
+        return args, kwargs
+    return None
+
+
+def guard_float64_masks(model) -> None:
+    """Make a float64 model's left-padded batches finite under eager attention. Eager attention (Gemma-2's
+    only kind, and every family's inside :func:`~countlens.llm.heads.attention.eager_attention`) takes its
+    softmax in float32: float64's mask minimum (−1.8e308) becomes −inf there, a padded query row that sees no
+    key becomes NaN, and the NaN reaches every real row through the next layer's values (weight 0 × NaN).
+    A forward pre-hook on each decoder block clamps a float64 ``attention_mask`` to float32's minimum, which
+    the float32 softmax still turns into weight 0 for every masked key, so every real row is unchanged and
+    the padded rows stay finite. Installed once per model (by the model loaders, for ``float64``); kept
+    for the model's life."""
+    if getattr(model, "_countlens_float64_masks", False):
+        return
+    for block in find_blocks(model):
+        block.register_forward_pre_hook(_finite_mask, with_kwargs=True)
+    model._countlens_float64_masks = True
+
+
 class HookSet:
     """Hooks on the decoder ``blocks`` of one model. :meth:`attach` registers a batch of them — all or
     none: a failure partway removes those already registered — and :meth:`remove` (or leaving the ``with``
@@ -270,5 +328,6 @@ class HookSet:
         self.remove()
 
 
-__all__ = ["HookSite", "Site", "SITES", "ATTENTION_OUTPUTS", "COMPONENT_OUTPUTS", "attention_output_site",
+__all__ = ["n_blocks_of", "find_blocks", "guard_float64_masks", "FLOAT32_MASK_MIN", "HookSite", "Site", "SITES",
+           "ATTENTION_OUTPUTS", "COMPONENT_OUTPUTS", "attention_output_site",
            "attention_pattern_site", "component_output_sites", "hook_sites", "residual_locations", "HookSet"]

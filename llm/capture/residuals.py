@@ -24,9 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from countlens.core.errors import UsageError
 from countlens.core.locations import location_names
-from countlens.llm.hooks import SITES, HookSet, hook_sites
+from countlens.llm.hooks import SITES, HookSet, find_blocks, hook_sites, n_blocks_of  # noqa: F401 (both re-exported)
 from countlens.llm.models import LoadedModel
 from countlens.llm.prompts import Prompt
 
@@ -36,33 +35,6 @@ POSITIONS = ("boundary", "items")
 
 class _StopForward(Exception):
     """Raised by the last needed hook to skip the blocks after it (early stop)."""
-
-
-def n_blocks_of(config) -> int:
-    """The number of decoder blocks a ``transformers`` config declares (its text model's, if nested)."""
-    text_config = getattr(config, "text_config", None) or config
-    n = getattr(text_config, "num_hidden_layers", None)
-    if not isinstance(n, int) or n < 1:
-        raise UsageError(f"the model's config ({type(config).__name__}) declares no number of layers; "
-                         "this architecture is not supported")
-    return n
-
-
-def find_blocks(model) -> Any:
-    """The decoder blocks (an ``nn.ModuleList``) of a causal LM: Llama, Qwen2, Gemma, GPT-2, GPT-NeoX, ...
-
-    The blocks are the ``ModuleList`` whose length is the config's number of layers; where several match,
-    the shallowest one (``model.layers`` / ``transformer.h`` / ``gpt_neox.layers``) wins.
-    """
-    import torch.nn as nn
-
-    n_layers = n_blocks_of(model.config)
-    found = [(name.count("."), name, mod) for name, mod in model.named_modules()
-             if isinstance(mod, nn.ModuleList) and len(mod) == n_layers and len(mod) > 0]
-    if not found:
-        raise UsageError(f"cannot find the decoder blocks of {type(model).__name__} (no ModuleList of "
-                         f"{n_layers} layers); this architecture is not supported")
-    return min(found, key=lambda t: (t[0], t[1]))[2]
 
 
 def pad_token_id(tokenizer) -> int:

@@ -239,14 +239,18 @@ def exact_copy(loaded):
     import copy
     import dataclasses
 
-    return dataclasses.replace(loaded, model=copy.deepcopy(loaded.model).double().eval(), dtype="float64")
+    from countlens.llm.hooks import guard_float64_masks
+
+    model = copy.deepcopy(loaded.model).double().eval()
+    guard_float64_masks(model)  # padded batches stay finite under eager attention (the heads' weights)
+    return dataclasses.replace(loaded, model=model, dtype="float64")
 
 
 def heads_run(model: ModelSpec, organism, loaded, seeds: list[int], kept: Kept | None = None,
               probes: Path | None = None):
     """Figure 12 (:func:`countlens.llm.heads.experiment.run_heads`) on the float64 copy of the organism
     (:func:`exact_copy`): counts 1..L, every pair, one wording and seed, up to 16 ablated prompts, one prompt
-    per forward, with the probe read-out shift of ``probes`` (a ``probes.json`` of the organism) where given;
+    per batch (left-padded: :func:`exact_copy` keeps them finite), with the probe read-out shift of ``probes`` (a ``probes.json`` of the organism) where given;
     kept in ``kept`` (:class:`Kept`) as ``heads``."""
     from countlens.llm.heads.experiment import HeadsConfig, run_heads
     from countlens.llm.prompts import PromptSettings
@@ -255,9 +259,7 @@ def heads_run(model: ModelSpec, organism, loaded, seeds: list[int], kept: Kept |
     L = int(config["L"])
     prompts = PromptSettings(L=L, counts=list(range(1, L + 1)), per_count=1, pairs=config["pairs"],
                              configs=config["configs"][:1], seeds=seeds[:1])
-    # One prompt per forward: no padding, so no fully masked row, which eager attention turns into NaN in
-    # float64 (its softmax runs in float32, where float64's most negative mask value is -inf).
-    heads = HeadsConfig(model=model, prompts=prompts, ablate_prompts=min(16, L * len(config["pairs"])), batch_size=1,
+    heads = HeadsConfig(model=model, prompts=prompts, ablate_prompts=min(16, L * len(config["pairs"])),
                         probes=None if probes is None else str(probes))
     return (kept or Kept()).result("heads", heads, lambda: run_heads(heads, loaded=exact_copy(loaded)))
 
