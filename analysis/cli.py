@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from countlens.core.args import HelpFormatter, add_config_options, config_values
+from countlens.core.args import HelpFormatter, add_common_options, add_config_options, config_values, threaded
 from countlens.core.fields import field_doc
 
 
@@ -31,6 +31,7 @@ def register(subparsers) -> None:
                     "centroids at four locations (Figure 6).")
     add_config_options(p, GeometryConfig, helps={"pca_counts": _within(PCA_COUNTS, field_doc(GeometryConfig, "pca_counts"))})
     p.add_argument("--out", required=True, help="output folder (required)")
+    add_common_options(p, "threads", threads=None)
     p.set_defaults(func=cmd_geometry)
 
     p = subparsers.add_parser(
@@ -47,9 +48,11 @@ def register(subparsers) -> None:
                               "arc_counts": _within(ARC_COUNTS, field_doc(CompareConfig, "arc_counts"),
                                                     "every source holds")})
     p.add_argument("--out", required=True, help="output folder (required)")
+    add_common_options(p, "threads", threads=None)
     p.set_defaults(func=cmd_compare)
 
 
+@threaded
 def cmd_geometry(args) -> int:
     from countlens.analysis.experiments import GeometryConfig, run_geometry
     from countlens.analysis.figures import draw_geometry
@@ -63,6 +66,7 @@ def cmd_geometry(args) -> int:
     return 0
 
 
+@threaded
 def cmd_compare(args) -> int:
     from countlens.analysis.experiments import CompareConfig, run_compare
     from countlens.analysis.figures import draw_compare

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
@@ -20,9 +22,10 @@ from countlens.core.args import (
     config_values,
     numbers_text,
     parse_float_list,
+    threaded,
 )
 from countlens.core.errors import ConfigError, UsageError, about, literal
-from countlens.core.fields import field_doc
+from countlens.core.fields import AtLeast, Optional, check_fields, field_doc
 from countlens.core.io import read_json
 
 _RUN_DESCRIPTION = """\
@@ -147,7 +150,7 @@ def _sweep_parser(sub, prog: str, grids: str) -> None:
                                "split seed and score every one on the test split (no selection); writes "
                                "sweep.json and fig8_norm_sweep.png/.pdf.", 100) + "\n\n" + grids)
     sweep.add_argument("--acts", default=argparse.SUPPRESS, metavar="DIR", help="activation folder (required)")
-    sweep.add_argument("--out", default=argparse.SUPPRESS, metavar="DIR", help="output folder (required)")
+    _add_out(sweep, "output folder (required)")
     shared = ("alphas", "seeds", "fractions", "standardize")
     options = {**_probe_options(DEFAULT_SWEEP_ALPHA_GRID, DEFAULT_SWEEP_ALPHAS), "standardize": _STANDARDIZE,
                "location": _LOCATION}
@@ -158,33 +161,66 @@ def _sweep_parser(sub, prog: str, grids: str) -> None:
     sweep.set_defaults(func=cmd_sweep)
 
 
+@dataclass(frozen=True)
+class ToyActsConfig:
+    """``countlens probe toy-acts``: the toy parameter file whose boundary representations are written, the
+    domain ``n + m <= L`` they are written on and the seed column's value."""
+
+    params: str
+    """toy parameter JSON (required)"""
+    L: int | None = None
+    """maximum length (default: the file's L)"""
+    seed: int = 0
+    """value of the seed column"""
+
+    FIELDS: ClassVar[dict] = {"L": Optional(AtLeast(1))}
+
+    def __post_init__(self) -> None:
+        check_fields(self, self.FIELDS, assign=True)
+
+
+@dataclass(frozen=True)
+class RedrawConfig:
+    """``countlens probe redraw``: the finished run's JSON and, for Figure 7, the locations to draw (names;
+    ``None``: those of the run)."""
+
+    result: str
+    """probes.json, sweep.json or running_count.json (required)"""
+    figure_locations: tuple[str, ...] | None = None
+    """locations drawn in Figure 7, names comma-separated (default: those of the run)"""
+
+
 def _toy_acts_parser(sub, prog: str) -> None:
-    """``countlens probe toy-acts`` (no config: a parameter file, a folder, its L and seed column)."""
+    """``countlens probe toy-acts``: the options of :class:`ToyActsConfig`'s fields and an output folder."""
     toy = sub.add_parser("toy-acts", help="write the toy's boundary representations as an activation folder",
                          formatter_class=HelpFormatter, prog=f"{prog} toy-acts",
                          description="Evaluate toy parameters (from `countlens toy construct` or `toy train`) "
                                      "on every pair n + m <= L and write attn_out and h per pair in the "
                                      "capture format, so probe and geometry commands run on the toy.")
-    toy.add_argument("--params", required=True, help="toy parameter JSON (required)")
-    toy.add_argument("--out", default=argparse.SUPPRESS, metavar="DIR", help="output folder (required)")
-    toy.add_argument("--L", type=int, default=None, help="maximum length (default: the file's L)")
-    toy.add_argument("--seed", type=int, default=0, help="value of the seed column")
+    add_config_options(toy, ToyActsConfig, ("params",))
+    _add_out(toy, "output folder (required)")
+    add_config_options(toy, ToyActsConfig, ("L", "seed"))
     add_common_options(toy, "quiet", quiet=argparse.SUPPRESS)
+    add_common_options(toy, "threads", threads=None)
     toy.set_defaults(func=cmd_toy_acts)
 
 
 def _redraw_parser(sub, prog: str) -> None:
-    """``countlens probe redraw`` (no config: a finished run's JSON, the locations to draw, a folder)."""
+    """``countlens probe redraw``: the options of :class:`RedrawConfig`'s fields (``--figure-locations``
+    given to ``probe`` before ``redraw`` kept) and an output folder."""
     redraw = sub.add_parser("redraw", help="redraw Figures 7/8/10 from probes.json, sweep.json or running_count.json, "
                                            "without refitting",
                             formatter_class=HelpFormatter, prog=f"{prog} redraw",
                             description="Redraw the figures of a finished run from its JSON.")
-    redraw.add_argument("--result", required=True, help="probes.json, sweep.json or running_count.json (required)")
-    redraw.add_argument("--figure-locations", default=argparse.SUPPRESS,
-                        help="locations drawn in Figure 7, names comma-separated (default: those of the run)")
-    redraw.add_argument("--out", default=argparse.SUPPRESS, metavar="DIR",
-                        help="output folder (default: beside the JSON)")
+    add_config_options(redraw, RedrawConfig, ("result",))
+    add_config_options(redraw, RedrawConfig, ("figure_locations",), inherit=True)
+    _add_out(redraw, "output folder (default: beside the JSON)")
     redraw.set_defaults(func=cmd_redraw)
+
+
+def _add_out(parser: argparse.ArgumentParser, help: str) -> None:
+    """A subcommand's output folder; one given to ``probe`` before the subcommand is kept."""
+    parser.add_argument("--out", default=argparse.SUPPRESS, metavar="DIR", help=help)
 
 
 def _require(args, *names: str) -> None:
@@ -245,14 +281,16 @@ def cmd_sweep(args) -> int:
     return 0
 
 
+@threaded
 def cmd_toy_acts(args) -> int:
     from countlens.toy import export_toy_activations, read_params
 
     _require(args, "out")
+    config = ToyActsConfig(**config_values(args))
     with about("params"):
-        file = read_params(read_json(args.params, "parameter file"), L=args.L)
+        file = read_params(read_json(config.params, "parameter file"), L=config.L)
     cfg = file.cfg
-    out = export_toy_activations(cfg, file.params, args.out, L=cfg.L, seed=args.seed, progress=not args.quiet)
+    out = export_toy_activations(cfg, file.params, args.out, L=cfg.L, seed=config.seed, progress=not args.quiet)
     print(f"wrote toy representations ({cfg.variant}, d={cfg.d}, L={cfg.L}) to {out}")
     return 0
 
@@ -262,9 +300,10 @@ def cmd_redraw(args) -> int:
     from countlens.probes.probe import ProbeResult
     from countlens.probes.sweep import SweepResult
 
+    config = RedrawConfig(**config_values(args))
     with about("result"):
-        data = read_json(args.result, "result file")
-    out = Path(args.out) if getattr(args, "out", None) else Path(args.result).parent
+        data = read_json(config.result, "result file")
+    out = Path(args.out) if getattr(args, "out", None) else Path(config.result).parent
     if isinstance(data, dict) and "location_index" in data:
         draw_sweep(SweepResult.from_dict(data), out)
         print(f"wrote {out / 'fig8_norm_sweep'}.png/.pdf")
@@ -277,14 +316,13 @@ def cmd_redraw(args) -> int:
         print(f"wrote {out / 'fig10_running_count'}.png/.pdf")
         return 0
     if not isinstance(data, dict) or "locations" not in data:
-        raise UsageError(f"{args.result} is neither a probes.json, a running_count.json nor a sweep.json")
+        raise UsageError(f"{config.result} is neither a probes.json, a running_count.json nor a sweep.json")
     result = ProbeResult.from_dict(data)
-    names = None
-    if getattr(args, "figure_locations", None):
-        names = [n.strip() for n in args.figure_locations.split(",") if n.strip()]
-        unknown = [n for n in names if n not in [loc.name for loc in result.locations]]
-        if unknown:
-            raise UsageError(f"--figure-locations {', '.join(unknown)} not in {args.result}")
+    names = list(config.figure_locations) if config.figure_locations else None
+    unknown = [n for n in names or () if n not in [loc.name for loc in result.locations]]
+    if unknown:
+        raise ConfigError("figure_locations", f"{{figure_locations}} {literal(', '.join(unknown))} not in "
+                                              f"{literal(config.result)}")
     draw_probes(result, out, names)
     print(f"wrote {out / 'fig7_binned_accuracy'}.png/.pdf and probes_layerwise.png/.pdf")
     return 0

@@ -54,6 +54,7 @@ def _out_dir(text: str) -> Path:
 # --- handlers --------------------------------------------------------------------------------------------
 
 
+@threaded
 def cmd_construct(args: argparse.Namespace) -> int:
     result = ex.run_construct(ex.ConstructConfig(**config_values(args)))
     if args.json:
@@ -62,6 +63,7 @@ def cmd_construct(args: argparse.Namespace) -> int:
     return 0
 
 
+@threaded
 def cmd_check(args: argparse.Namespace) -> int:
     result = ex.run_check(ex.CheckConfig(**config_values(args)))
     if args.json:
@@ -70,6 +72,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+@threaded
 def cmd_rates(args: argparse.Namespace) -> int:
     result = ex.run_rates(ex.RatesConfig(**config_values(args)), progress=not args.quiet)
     if args.json:
@@ -78,6 +81,7 @@ def cmd_rates(args: argparse.Namespace) -> int:
     return 0
 
 
+@threaded
 def cmd_lcap(args: argparse.Namespace) -> int:
     result = ex.run_lcap(ex.LcapConfig(**config_values(args)), progress=not args.quiet)
     if args.json:
@@ -99,6 +103,7 @@ def cmd_table3(args: argparse.Namespace) -> int:
     return 0
 
 
+@threaded
 def cmd_figure1(args: argparse.Namespace) -> int:
     out = Path(args.out)
     result = ex.run_figure1(ex.Figure1Config(**config_values(args)))
@@ -217,24 +222,24 @@ def _add_theory(sub: Any) -> None:
                 "Build the smallest-norm construction found for one variant at (d, L) and check it on every pair\n"
                 "n + m <= L. The JSON is a parameter file for `countlens toy check --params`, `probe toy` and\n"
                 "`compare --toy`.", cmd_construct, ex.ConstructConfig, options={})
-    _add(p, "json", what="the parameters and their check")
+    _add(p, "json", "threads", what="the parameters and their check")
 
     p = _parser(sub, "check", "full-domain check of a parameter file",
                 "Check rounding-exact counting of a parameter file on every pair n + m <= L; report the worst\n"
                 "pair and its error.", cmd_check, ex.CheckConfig)
-    _add(p, "json", what="the check result")
+    _add(p, "json", "threads", what="the check result")
 
     p = _parser(sub, "rates", "B_min(L) per variant and log-log slopes (Table 1)",
                 "Table 1, measured: the largest per-vector norm of each variant's checked construction on a\n"
                 "grid of L, the slope of log B_min against log L, and the claimed exponent beside it.", cmd_rates,
                 ex.RatesConfig)
-    _add(p, "json", "quiet", what="the rates")
+    _add(p, "json", "threads", "quiet", what="the rates")
 
     p = _parser(sub, "lcap", "L_cap(d) of softmax-preln-bare, with the bound that makes it finite",
                 "Table 1's L_cap(d) of bare pre-LN, bracketed: the longest verified construction and the\n"
                 "shortest length no parameters of any norm can count, with the reason in words.", cmd_lcap,
                 ex.LcapConfig)
-    _add(p, "json", "quiet", what="the result")
+    _add(p, "json", "threads", "quiet", what="the result")
 
     p = _parser(sub, "table3", "Table 3: L_max(B), constructed and (with --attained) trained under the cap",
                 "Table 3: the longest length each construction counts at per-vector cap B (checked), beside\n"
@@ -255,7 +260,7 @@ def _add_theory(sub: Any) -> None:
                 "Figure 1: h(n, 0) for n = 0..L of the checked constructions of linear, softmax, post-LN and\n"
                 "bare pre-LN (at min(L, L_cap(d))), each in the plane that best holds its points.", cmd_figure1,
                 ex.Figure1Config)
-    _add(p, "out", what="figure1.png, figure1.pdf, figure1.json")
+    _add(p, "out", "threads", what="figure1.png, figure1.pdf, figure1.json")
 
 
 def _add_train(sub: Any) -> None:

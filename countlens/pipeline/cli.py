@@ -13,7 +13,14 @@ import importlib
 import sys
 from pathlib import Path
 
-from countlens.core.args import HelpFormatter, OneLineParser, add_common_options, also_sets, cli_message
+from countlens.core.args import (
+    HelpFormatter,
+    OneLineParser,
+    add_common_options,
+    also_sets,
+    cli_message,
+    threaded,
+)
 from countlens.core.errors import EXIT_USAGE, UsageError
 
 DESCRIPTION = """How a transformer represents a count, and what that costs in parameter norm.
@@ -114,10 +121,11 @@ def register_reproduce(subparsers) -> None:
                         "writes them, e.g. repeat:separator=comma,repeat:separator=space) into OUT/tasks/<task>/, "
                         "and compare them with --task's on the report (default: none)")
     p.add_argument("--out", required=True, help="report folder")
-    add_common_options(p, "quiet")
+    add_common_options(p, "quiet", "threads", threads=None)
     p.set_defaults(func=cmd_reproduce)
 
 
+@threaded
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from countlens.llm.capture.options import capture_options
     from countlens.pipeline.reproduce import reproduce
@@ -180,10 +188,11 @@ def register_study(subparsers) -> None:
                         "repeat:separator=comma,repeat:separator=space,letters), the lenses added, and compare "
                         "each model's tasks with --task's side by side in OUT/tasks/<model>/ (default: none, "
                         "--task's alone)")
-    add_common_options(p, "quiet")
+    add_common_options(p, "quiet", "threads", threads=None)
     p.set_defaults(func=cmd_study)
 
 
+@threaded
 def cmd_study(args: argparse.Namespace) -> int:
     from countlens.llm.capture.options import capture_options
     from countlens.pipeline.study import StudyConfig, run_study

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from countlens.core.args import HelpFormatter, Option, add_common_options, ints_text
+from countlens.core.args import HelpFormatter, Option, add_common_options, ints_text, threaded
 from countlens.llm.capture.options import MODEL_OPTIONS, add_capture_options, capture_options
 
 DAS_COMMAND = (*MODEL_OPTIONS, "task", "L", "counts", "per_count", "pairs", "configs", "seeds", "template",
@@ -45,10 +45,11 @@ def register(sub) -> None:
              if name in help_of and name != "random_model"}  # the switch says what it turns off
     add_capture_options(da, (*DAS_COMMAND, *DAS_OPTIONS), dd, helps=helps, options={"random_model": NO_RANDOM_MODEL})
     da.add_argument("--out", required=True, help="output folder")
-    add_common_options(da, "quiet")
+    add_common_options(da, "quiet", "threads", threads=None)
     da.set_defaults(func=cmd_das)
 
 
+@threaded
 def cmd_das(args) -> int:
     from countlens.llm.das.experiment import DasConfig, run_das
     from countlens.llm.das.figures import draw_das

@@ -57,8 +57,6 @@ BASE = {
     "llm pairs": "--model {TINY} --candidates a/b",
     "probe": "--acts {ACTS} --out {OUT}",
     "probe sweep": "--acts {ACTS} --out {OUT}",
-    "probe toy-acts": "--params {PARAMS} --out {OUT}",
-    "probe redraw": "--result {PROBES} --out {OUT}",
     "geometry": "--acts {ACTS} --out {OUT} --low 0:1 --high 1:2 --pca-counts 0:2",
     "compare": "--toy {PARAMS} --acts {ACTS} --out {OUT} --low 0:1 --high 1:2 --pca-counts 0:2 --arc-counts 0:2 "
                "--toy-L 5",
@@ -133,7 +131,7 @@ BAD = {
     "probe": {"--acts": "{MISSING}", "--locations": "99", "--classifier-C": "x", "--figure-locations": "99",
               "--blas-threads": "-1"},
     "probe sweep": {"--acts": "{MISSING}", "--location": "99", "--blas-threads": "-1"},
-    "probe toy-acts": {"--params": "{MISSING}", "--L": "0"},
+    "probe toy-acts": {"--params": "{MISSING}"},
     "probe redraw": {"--result": "{MISSING}", "--figure-locations": "nowhere"},
     "geometry": {"--acts": "{MISSING}", "--low": "2:1", "--high": "x", "--pca-counts": "3", "--pca-locations": "99"},
     "compare": {"--toy": "{MISSING}", "--acts": "{MISSING}", "--locations": "99", "--toy-L": "0",
@@ -205,15 +203,17 @@ def _bad_values(command: str, parser: argparse.ArgumentParser) -> dict[str, str]
 
 # What a required option of a command without a BASE entry is given, by the setting it sets.
 SAMPLES = {"out": "{OUT}", "json": "{JSON}", "acts": "{ACTS}", "probes": "{PROBES}", "params": "{PARAMS}",
-           "lens": "{LENS}", "components": "{COMPONENTS}", "model": "{TINY}"}
+           "lens": "{LENS}", "components": "{COMPONENTS}", "model": "{TINY}", "result": "{PROBES}"}
 
 
 def _base(command: str) -> str:
     """The arguments ``command`` needs besides the option under test: :data:`BASE`'s, or its required options
-    given :data:`SAMPLES`' values (and ``--model {TINY}`` where the command reads a model)."""
+    given :data:`SAMPLES`' values (and ``--model {TINY}`` where the command reads a model, ``--out {OUT}``
+    where it writes a folder: a subcommand's ``--out`` is no argparse requirement when its parent's is kept)."""
     if command in BASE:
         return BASE[command]
-    given = [a for a in COMMANDS[command]._actions if a.option_strings and (a.required or a.dest == "model")]
+    given = [a for a in COMMANDS[command]._actions
+             if a.option_strings and (a.required or a.dest in ("model", "out"))]
     return " ".join(f"{max(a.option_strings, key=len)} {SAMPLES[a.dest]}" for a in given)
 
 
@@ -271,7 +271,8 @@ def test_a_bad_value_is_one_line_naming_this_commands_flag(command, option, valu
 def test_the_flag_check_can_fail(capsys):
     # A message naming another command's flag would fail the test above: `toy construct` has no --steps.
     assert "--steps" not in _options(COMMANDS["toy construct"]) and "--steps" in _options(COMMANDS["toy train"])
-    assert json.dumps(sorted(_options(COMMANDS["toy construct"]))) == '["--L", "--d", "--json", "--tau", "--variant"]'
+    assert json.dumps(sorted(_options(COMMANDS["toy construct"]))) == ('["--L", "--d", "--json", "--tau", '
+                                                                     '"--threads", "--variant"]')
 
 
 def test_shared_options_are_declared_once_the_same_on_every_command():
@@ -300,6 +301,11 @@ def test_shared_options_are_declared_once_the_same_on_every_command():
     assert progress <= set(seen["quiet"]), progress - set(seen["quiet"])
     assert {"llm lens", "toy train", "toy table2", "toy table3", "toy figure2", "llm capture", "llm components",
             "llm patch", "llm heads"} <= set(seen["threads"])  # `llm capture --threads 1` was refused
+    # and every other command that computes on the CPU (probe and probe sweep set their BLAS threads with
+    # --blas-threads, their config's field)
+    assert {"llm das", "geometry", "compare", "reproduce", "study", "probe toy-acts", "organism train",
+            "organism check", "organism scaling", "toy construct", "toy check", "toy rates", "toy lcap",
+            "toy figure1"} <= set(seen["threads"])
     args = build_parser(["probe"]).parse_args(["probe", "--acts", "a", "--out", "o", "--quiet"])
     assert args.quiet is True
     args = build_parser(["probe"]).parse_args(["probe", "--quiet", "toy-acts", "--params", "p", "--out", "o"])

@@ -187,6 +187,29 @@ def test_a_bad_value_is_one_line_naming_the_commands_own_flag(tmp_path, argv, fr
     assert not (tmp_path / "r.json").exists()
 
 
+def test_threads_caps_the_computing_commands_and_is_restored_after(tmp_path, monkeypatch):
+    """``toy construct``, ``check``, ``rates``, ``lcap`` and ``figure1`` compute on the CPU and take --threads
+    (issue 42: the shared options on every command they apply to): the torch threads inside the run are at
+    most the given count, the process's own count is back after it, and a bad count is one line, exit 2."""
+    import torch
+
+    from countlens.toy import experiments as ex
+
+    seen = []
+    run_check = ex.run_check
+    monkeypatch.setattr(ex, "run_check", lambda config: seen.append(torch.get_num_threads()) or run_check(config))
+    params = tmp_path / "p.json"
+    assert run(["construct", "--variant", "softmax", "--d", "4", "--L", "5", "--json", str(params),
+                "--threads", "1"]) == 0
+    before = torch.get_num_threads()
+    assert run(["check", "--params", str(params), "--L", "5", "--threads", "1"]) == 0
+    assert seen == [1] and torch.get_num_threads() == before
+    for command in (["construct", "--variant", "softmax", "--d", "4", "--L", "5"], ["rates", "--L", "5"],
+                    ["lcap", "--d", "3"], ["figure1", "--out", str(tmp_path / "f")]):
+        assert run([*command, "--threads", "0"]) == 2
+    assert not (tmp_path / "f").exists()
+
+
 def test_malformed_parameter_file(tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text('{"variant": "softmax", "d": 4, "x_b": [1, 2]}')

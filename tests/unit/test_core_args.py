@@ -117,3 +117,30 @@ def test_a_switch_named_for_its_negation_is_turned_on_by_its_flag():
     assert not build_parser(argv).parse_args(argv).no_cache
     argv = ["probe", "--acts", "a", "--out", "b", "--no-standardize"]
     assert build_parser(argv).parse_args(argv).standardize is False
+
+
+def test_the_probe_subcommands_options_are_their_configs_fields():
+    """``probe toy-acts`` and ``probe redraw`` (hand-written options before issue 42) derive theirs from
+    :class:`ToyActsConfig` and :class:`RedrawConfig`; only the output folder is the command's own. A
+    ``--figure-locations`` given to ``probe`` before ``redraw`` is kept, and the config's rule names the
+    subcommand's flag."""
+    from countlens.pipeline.cli import build_parser
+    from countlens.probes.cli import RedrawConfig, ToyActsConfig
+
+    parser = build_parser(["probe"])
+    argv = ["probe", "toy-acts", "--params", "p.json", "--out", "o", "--L", "7"]
+    args = parser.parse_args(argv)
+    derived = {a.dest for a in args._parser._actions if getattr(a, "option", None) is not None}
+    assert derived == {"params", "L", "seed"}
+    assert ToyActsConfig(**config_values(args)) == ToyActsConfig(params="p.json", L=7, seed=0)
+    args = parser.parse_args([*argv[:-1], "0"])
+    with pytest.raises(ConfigError) as caught:
+        ToyActsConfig(**config_values(args))
+    assert cli_message(caught.value, args._parser) == "--L must be >= 1, got 0"
+    args = parser.parse_args(["probe", "--figure-locations", "a, b", "redraw", "--result", "r.json"])
+    assert {a.dest for a in args._parser._actions if getattr(a, "option", None) is not None} == {
+        "result", "figure_locations"}
+    assert RedrawConfig(**config_values(args)) == RedrawConfig(result="r.json", figure_locations=("a", "b"))
+    args = parser.parse_args(["probe", "--figure-locations", "a", "redraw", "--result", "r.json",
+                              "--figure-locations", "c"])
+    assert config_values(args)["figure_locations"] == ("c",)
