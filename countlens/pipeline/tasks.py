@@ -1,26 +1,33 @@
 """Tasks side by side: one model's analyses per counting task, and one comparison of them.
 
 ``countlens reproduce --tasks T1,T2`` runs, for each task beyond the report's own (``--task``, ``lists`` by
-default), the model's capture (with its answers), probes, geometry and lenses (:func:`task_stages`; the quick
-preset trades sizes, :data:`EXTRA_TASK_SIZES`) into ``OUT/tasks/<task>/`` — a report of its own, resumable like any — with the model loaded once for all of
-them; ``countlens study --tasks`` does the same for every model. Then :class:`TasksResult`
+default), the model's capture (with its answers), probes, geometry, count manifold and lenses
+(:func:`task_stages`; the quick preset trades sizes, :data:`EXTRA_TASK_SIZES`) into ``OUT/tasks/<task>/`` — a
+report of its own, resumable like any — with the model loaded once for all of them; ``countlens study --tasks`` does the same for every model. Then :class:`TasksResult`
 (``tasks.json``, ``tasks.csv``) holds per task, read back from those stages' saved results:
 
 - the model's own answers per count (greedy accuracy, the expected count over the candidate counts, the
   correct count's rank-1 rate) and the counting capacity they give (docs/definitions.md §2.9);
 - the ridge probes per location (test R² and test rounded accuracy, validation-selected α; Figure 7);
 - the correct count's mean rank per location under the logit and the tuned lens, and under the model's own
-  read-out (Figure 13).
+  read-out (Figure 13);
+- the count manifold per location (docs/definitions.md §2.17), copied from the task's saved
+  :class:`~countlens.analysis.ManifoldResult`: ``dims95``, the ``nearest_toy`` variant (and its ``nearest_ties``),
+  every variant's ``procrustes`` distance, ``shape_above_floor`` with the ``split_half_distance`` and
+  ``split_half_noise`` behind it; and the one number this comparison adds, ``procrustes_margin`` (the runner-up
+  variant's distance minus the nearest's, tied variants left out: how weakly the nearest is named).
 
 Its figure (``tasks.png``/``.pdf``) puts the tasks on the same axes — accuracy and expected count against
-the count (where the accuracy collapses: the counting capacity), probe R² and the lens rank against relative
-depth — so the effect of the format (a separator, say) is visible at a glance; the report shows it with a
-table whose every number is read from ``tasks.json``.
+the count (where the accuracy collapses: the counting capacity), probe R², the lens rank, the nearest toy
+variant's Procrustes distance and the manifold's dims95 against relative depth — so the effect of the format
+(a separator, say) is visible at a glance; the report shows it with tables whose every number is read from
+``tasks.json``.
 """
 
 from __future__ import annotations
 
 import html
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -42,6 +49,10 @@ TASKS_FILE = "tasks.json"
 TASKS_CSV = "tasks.csv"
 FIGURE_STEM = "tasks"
 LENS_STAGE = "lens"
+MANIFOLD_STAGE = "manifold"
+# the manifold read-outs tasks.csv lists per task and location (``manifold_<key>``), each as the task's
+# manifold.json holds it; procrustes_nearest: the nearest variant's distance, procrustes_margin: manifold_rows
+MANIFOLD_CSV = ("dims95", "nearest_toy", "procrustes_nearest", "procrustes_margin", "shape_above_floor")
 
 
 def parse_tasks(text: str) -> tuple[str, ...]:
@@ -116,7 +127,9 @@ class TaskSummary:
     (seed means). ``lens``: per location the correct count's mean rank under the ``logit`` and the
     ``tuned`` lens (1 = first), empty where the lenses did not run; ``model_rank``: the same under the model's
     own read-out. ``best_probe``: the validation-selected location with its test rounded accuracy; ``best_lens``:
-    the location where the logit lens ranks the correct count best."""
+    the location where the logit lens ranks the correct count best. ``manifold``: per location of the task's
+    saved count manifold (:func:`manifold_rows`; empty where its stage did not run) its ``location`` label,
+    ``depth`` and the manifold's own read-outs."""
 
     task: str
     report: str
@@ -132,6 +145,7 @@ class TaskSummary:
     lens: list[dict[str, Any]] = field(default_factory=list)
     model_rank: float | None = None
     best_lens: dict[str, Any] | None = None
+    manifold: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -148,8 +162,8 @@ class TasksResult(Result):
 
     def tables(self) -> dict[str, tuple[list[str], list[list[Any]]]]:
         """``tasks.csv``: one row per task and curve point — ``task, what, x, value`` (``what``: accuracy,
-        expected, rank1 against the count; probe_r2, probe_rounded_acc, logit_rank, tuned_rank against the
-        relative depth)."""
+        expected, rank1 against the count; probe_r2, probe_rounded_acc, logit_rank, tuned_rank and
+        ``manifold_<key>`` for each key of :data:`MANIFOLD_CSV` against the relative depth)."""
         rows: list[list[Any]] = []
         for t in self.tasks:
             for r in t.per_count:
@@ -159,6 +173,8 @@ class TasksResult(Result):
                          [t.task, "probe_rounded_acc", r["depth"], r["test_rounded_acc"]]]
             for r in t.lens:
                 rows += [[t.task, "logit_rank", r["depth"], r["logit"]], [t.task, "tuned_rank", r["depth"], r["tuned"]]]
+            for r in t.manifold:
+                rows += [[t.task, f"manifold_{key}", r["depth"], r[key]] for key in MANIFOLD_CSV]
         return {TASKS_CSV: (["task", "what", "x", "value"], rows)}
 
 
@@ -192,7 +208,37 @@ def summarize_task(task: str, folder: Path, base: Path) -> TaskSummary:
         summary.model_rank = lens.model_readout.get("rank")
         if summary.lens:
             summary.best_lens = min(summary.lens, key=lambda r: r["logit"])
+    summary.manifold = manifold_rows(folder, depth)
     return summary
+
+
+def manifold_rows(folder: Path, depth: dict[str, float]) -> list[dict[str, Any]]:
+    """Per location of the count manifold saved under ``folder`` (``manifold/manifold.json``; ``[]`` where that
+    stage did not run) its ``location`` label, relative ``depth`` (``depth``: location name -> location /
+    blocks) and, as the manifold result holds them, ``dims95``, ``nearest_toy``, ``nearest_ties``, every
+    variant's ``procrustes`` distance (0 = congruent, at most 2), ``shape_above_floor``, ``split_half_distance``
+    and ``split_half_noise``; with ``procrustes_nearest`` = ``procrustes[nearest_toy]`` and
+    ``procrustes_margin`` = the smallest distance of a variant outside ``nearest_ties`` minus
+    ``procrustes_nearest`` (None where no such variant has a finite distance): how far the nearest is ahead."""
+    from countlens.analysis import ManifoldResult
+
+    if not (folder / MANIFOLD_STAGE / ManifoldResult.FILE).is_file():
+        return []
+    rows = []
+    for r in ManifoldResult.read(folder / MANIFOLD_STAGE).per_location:
+        best = r["nearest_toy"]
+        ties = list(r["nearest_ties"]) if "nearest_ties" in r else [best] * (best is not None)
+        distances = {k: float(v) for k, v in r["procrustes"].items()}  # a saved NaN is the string "nan"
+        nearest = distances[best] if best is not None else None
+        others = [v for k, v in distances.items() if k not in ties and math.isfinite(v)]
+        rows.append({"location": location_label(r["name"]), "depth": depth.get(r["name"], float("nan")),
+                     "dims95": r["dims95"], "nearest_toy": best, "nearest_ties": ties, "procrustes": distances,
+                     "procrustes_nearest": nearest,
+                     "procrustes_margin": min(others) - nearest if others and nearest is not None else None,
+                     "shape_above_floor": bool(r["shape_above_floor"]),
+                     "split_half_distance": float(r["split_half_distance"]),
+                     "split_half_noise": float(r["split_half_noise"])})
+    return rows
 
 
 def compare_tasks(entries: list[tuple[str, Path]], folder: Path, model: str, preset: str) -> TasksResult:
@@ -211,13 +257,13 @@ def compare_tasks(entries: list[tuple[str, Path]], folder: Path, model: str, pre
 
 
 def plot_tasks(result: TasksResult):
-    """Four panels, one colour per task: greedy accuracy and expected count against the count (the line
-    y = n: a perfect counter), probe test R² and the logit lens's correct-count rank (log scale) against
-    relative depth."""
+    """Six panels, one colour per task: greedy accuracy and expected count against the count (the line
+    y = n: a perfect counter), probe test R², the logit lens's correct-count rank (log scale), and the count
+    manifold's nearest-toy Procrustes distance and dims95 (:func:`_plot_manifold`) against relative depth."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(10.0, 7.0))
-    (acc, exp), (r2, rank) = axes
+    fig, axes = plt.subplots(2, 3, figsize=(15.0, 7.5))
+    (acc, exp, r2), (rank, shape, dims) = axes
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     top = 0
     for k, t in enumerate(result.tasks):
@@ -238,11 +284,46 @@ def plot_tasks(result: TasksResult):
     rank.set(xlabel="relative depth (location / blocks)", ylabel="correct count's mean rank",
              title="lenses: logit solid, tuned dashed (1 = first)", xlim=(0, 1))
     rank.set_yscale("log")
+    _plot_manifold(shape, dims, result, colours)
     for ax in (acc, exp, r2, rank):
         ax.legend(fontsize=7)
     fig.suptitle(f"Tasks side by side: {result.model}")
     fig.tight_layout()
     return fig
+
+
+MARKERS = "os^vD<>phX*"  # one marker per toy variant, in the order of the manifold's variants
+
+
+def _plot_manifold(shape, dims, result: TasksResult, colours: list[str]) -> None:
+    """The count manifold per task (colour) against relative depth: on ``shape`` the nearest toy variant's
+    Procrustes distance (``procrustes_nearest``), on ``dims`` ``dims95``; each point's marker names its nearest
+    variant, filled where the shape stands above its floor (``shape_above_floor``), hollow where not."""
+    from countlens.toy import VARIANTS
+
+    named = {}
+    for k, t in enumerate(result.tasks):
+        c = colours[k % len(colours)]
+        x = [r["depth"] for r in t.manifold]
+        shape.plot(x, [_nan(r["procrustes_nearest"]) for r in t.manifold], "-", color=c, lw=1, label=t.task)
+        dims.plot(x, [r["dims95"] for r in t.manifold], "-", color=c, lw=1, label=t.task)
+        for r in t.manifold:
+            marker = MARKERS[VARIANTS.index(r["nearest_toy"]) % len(MARKERS)] if r["nearest_toy"] in VARIANTS else "."
+            named[r["nearest_toy"]] = marker
+            face = c if r["shape_above_floor"] else "none"
+            shape.plot([r["depth"]], [_nan(r["procrustes_nearest"])], marker, color=c, mfc=face, ms=5)
+            dims.plot([r["depth"]], [r["dims95"]], marker, color=c, mfc=face, ms=5)
+    for name, marker in named.items():  # the legend of the markers: one grey entry per variant named
+        shape.plot([], [], marker, color="0.4", mfc="none", ls="none",
+                   label=f"nearest: {name or 'none (no finite distance)'}")
+    shape.plot([], [], "o", color="0.4", ls="none", label="filled: shape above its floor")
+    shape.set(xlabel="relative depth (location / blocks)", ylabel="Procrustes distance to the nearest toy",
+              title="count manifold: nearest toy shape (0 = congruent)", xlim=(0, 1))
+    dims.set(xlabel="relative depth (location / blocks)", ylabel="dims95 (components for 95 % variance)",
+             title="count manifold: intrinsic dimension", xlim=(0, 1))
+    for ax in (shape, dims):
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
 
 
 def _nan(value: Any) -> float:
@@ -287,8 +368,61 @@ def tasks_section(page: Page, rel: str, prefix: str = "") -> None:
                  "axes: where the accuracy falls against the count is the counting capacity; a gap between the "
                  "probe's curve and the lenses' is a count that is linearly there but not read out as the answer. "
                  "Definitions: docs/definitions.md.")
+    manifold_section(page, rel, data)
     page.add(f'<p class="muted">Data: <a href="{html.escape(prefix + TASKS_FILE)}">{TASKS_FILE}</a>, '
              f'<a href="{html.escape(prefix + TASKS_CSV)}">{TASKS_CSV}</a></p>')
+
+
+def _extreme(data: dict[str, Any], key: str, pick) -> tuple[int, int] | None:
+    """(task, location) indices of the finite ``key`` of the tasks' manifold rows that ``pick`` (min or max)
+    chooses; None where there is none."""
+    found = [(float(r[key]), i, j) for i, t in enumerate(data["tasks"]) for j, r in enumerate(t.get("manifold") or [])
+             if r.get(key) is not None and math.isfinite(float(r[key]))]
+    return pick(found)[1:] if found else None
+
+
+def manifold_section(page: Page, rel: str, data: dict[str, Any]) -> None:
+    """The count manifold per task and location (``tasks[i].manifold`` of ``rel``), every number a span, with a
+    caption of what the nearest toy shape can and cannot show, its ranges read from the rows; nothing where no
+    task's manifold stage ran."""
+    if not any(t.get("manifold") for t in data["tasks"]):
+        return
+    rows = []
+    for i, t in enumerate(data["tasks"]):
+        for j in range(len(t.get("manifold") or [])):
+            key = ("tasks", i, "manifold", j)
+            rows.append([page.v(rel, "tasks", i, "task"), page.v(rel, *key, "location"), page.v(rel, *key, "depth"),
+                         page.v(rel, *key, "dims95"), page.values(rel, *key, "nearest_ties"),
+                         page.v(rel, *key, "procrustes_nearest"), page.v_or_dash(rel, *key, "procrustes_margin"),
+                         page.v(rel, *key, "shape_above_floor"),
+                         f"{page.v(rel, *key, 'split_half_distance')} / {page.v(rel, *key, 'split_half_noise')}"])
+    page.add(table(["task", "location", "relative depth", "intrinsic dimension", "nearest toy shape", "its Procrustes distance",
+                    "runner-up's margin", "shape above its floor", "split-half distance / shuffled"], rows,
+                   left=(0, 1, 4)))
+
+    def at(key: str, pick) -> str:  # the span of the extreme value of key, with its task and location
+        where = _extreme(data, key, pick)
+        if where is None:
+            return "—"
+        i, j = where
+        return (f"{page.v(rel, 'tasks', i, 'manifold', j, key)} ({page.v(rel, 'tasks', i, 'task')}, "
+                f"{page.v(rel, 'tasks', i, 'manifold', j, 'location')})")
+    page.caption(
+        "The count manifold per task and location, read from each task's own manifold.json (docs/definitions.md, "
+        "\"Count manifold\"): the intrinsic dimension, the principal components holding ninety-five percent of "
+        "the count centroids' variance; the nearest toy shape, the toy variant whose "
+        "letter-free boundary curve at the same counts is nearest the centroid curve by Procrustes distance "
+        "(rotation, reflection and one scale; zero: congruent, at most two; variants whose curves are the same "
+        "shape named together), and the runner-up's margin, the next "
+        "variant's distance minus the nearest's. The shape stands above its floor where the curves of two halves "
+        "of the prompts are nearer each other than under every shuffle of the count labels (never where a count "
+        "has a single prompt: no halves to compare, the split-half distances nan). What it can show: "
+        "whether a reproducible curve is nearer one construction's shape than the others'. What it cannot: the "
+        "toy constructions' curves are all nearly straight and lie close to each other, so a name is weak where "
+        f"the margin is small — here it runs from {at('procrustes_margin', min)} to "
+        f"{at('procrustes_margin', max)}, beside nearest distances from {at('procrustes_nearest', min)} to "
+        f"{at('procrustes_nearest', max)}; below its floor the curve is mostly noise and its nearest name says "
+        "nothing; and a shape is not a cause (the DAS stage tests which subspace the answer is computed from).")
 
 
 def render_tasks_page(folder: Path) -> str:

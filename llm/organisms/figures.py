@@ -71,8 +71,8 @@ def plot_scaling(result: ScalingResult):
     whose argmax over the counts is wrong), the toy classifier's in its scores (right axis, log). (c) Figure 5's
     gap and effective-rank ratios against L (organisms per seed, the LLM as a point). (d) Figure 6's PCA of the
     count centroids of the largest-L organism of the first seed and of the LLM (each scaled to its largest
-    |coordinate|)."""
-    fig, (a, g, b, c) = plt.subplots(1, 4, figsize=(19, 4.2))
+    |coordinate|). (e) The count manifold's shape match against L (:func:`_plot_manifold`)."""
+    fig, (a, g, b, c, m) = plt.subplots(1, 5, figsize=(23.5, 4.2))
     organisms = result.organisms()
     seeds = sorted({r["seed"] for r in organisms})
     for i, seed in enumerate(seeds):
@@ -85,6 +85,7 @@ def plot_scaling(result: ScalingResult):
     _label_gaps(g, result)
     _label_ratios(b)
     _plot_pca(fig, c, result)
+    _plot_manifold(m, result)
     fig.suptitle(f"toy ↔ organism ↔ LLM ({result.norm_placement.split(':')[0]})")
     fig.tight_layout()
     return fig
@@ -193,6 +194,37 @@ def _plot_pca(fig, c, result: ScalingResult) -> None:
         c.legend(fontsize=7)
     c.set_xlabel("PC1 (scaled)")
     c.set_ylabel("PC2 (scaled)")
+
+
+def _plot_manifold(m, result: ScalingResult) -> None:
+    """Panel (e): per seed against L, each organism's count-manifold Procrustes distance (0 = congruent, at
+    most 2) to its nearest toy variant (``manifold_procrustes``, its name written beside the point:
+    ``manifold_nearest``) and to the toy variant it is built like (``manifold_procrustes_toy``); a red ring
+    round a point whose shape stands below its floor (``manifold_above_floor`` false)."""
+    organisms = [r for r in result.organisms() if r.get("manifold_procrustes") is not None]
+    for i, seed in enumerate(sorted({r["seed"] for r in organisms})):
+        mine = sorted((r for r in organisms if r["seed"] == seed), key=lambda r: r["L"])
+        Ls = [r["L"] for r in mine]
+        m.plot(Ls, [_nan(r["manifold_procrustes"]) for r in mine], "o-", color="tab:blue", alpha=0.8,
+               label="organism: to its nearest toy variant" if i == 0 else None)
+        m.plot(Ls, [_nan(r["manifold_procrustes_toy"]) for r in mine], "s--", color="tab:gray", alpha=0.8,
+               label=f"organism: to {result.toy_variant}" if i == 0 else None)
+        for r in mine:
+            m.annotate(r["manifold_nearest"] or "none", (r["L"], _nan(r["manifold_procrustes"])), fontsize=6,
+                       xytext=(3, 3), textcoords="offset points")
+    below = [r for r in organisms if r.get("manifold_above_floor") is False]
+    m.plot([r["L"] for r in below], [_nan(r["manifold_procrustes"]) for r in below], "o", mfc="none",
+           color="tab:red", ms=11, label="shape below its floor" if below else None)
+    m.set_xscale("log")
+    m.set_xlabel("L (largest count)")
+    m.set_ylabel("Procrustes distance (0 = congruent)")
+    m.set_title("count manifold: nearest toy shape", fontsize=9)
+    if m.get_legend_handles_labels()[0]:
+        m.legend(fontsize=7)
+
+
+def _nan(x) -> float:
+    return float("nan") if x is None else float(x)
 
 
 def _num(x) -> str:

@@ -104,3 +104,47 @@ def test_the_rates_fit_every_read_out_with_the_one_slope():
     assert got["toy_classification"] == pytest.approx(0.0, abs=1e-12)
     assert got["toy_classification_class_vector_norm"] == pytest.approx(math.log(0.8 / 0.9) / math.log(3))
     assert got["toy_classification_gap"] == pytest.approx(math.log(4e-5 / 1e-3) / math.log(3))
+
+
+@pytest.fixture(scope="module")
+def scaled_result(test_preset_report):
+    """The real ``organism scaling`` result of the session's ``reproduce --preset test`` report (its stage
+    ``organism-scaling``: two one-head organisms trained at the test preset), read back as saved."""
+    from countlens.llm.organisms.scaling import ScalingResult
+
+    out, code = test_preset_report
+    assert code == 0
+    return ScalingResult.read(out / "organism-scaling")
+
+
+def test_the_scaling_figure_plots_the_manifold_columns(scaled_result):
+    """Panel (e) draws each organism's manifold columns as the result holds them: the distance to the nearest
+    variant (named beside its point) and to the toy variant per L, a ring where the shape is below its floor."""
+    import dataclasses
+
+    import matplotlib.pyplot as plt
+
+    from countlens.llm.organisms.figures import plot_scaling
+
+    organisms = scaled_result.organisms()
+    assert organisms and all(r["manifold_nearest"] is not None for r in organisms)
+    # the result as trained, and with its floor verdicts turned over (so the ring is drawn either way)
+    flipped = [dict(r, manifold_above_floor=not r["manifold_above_floor"]) if r["kind"] == "organism" else r
+               for r in scaled_result.rows]
+    for result in (scaled_result, dataclasses.replace(scaled_result, rows=flipped)):
+        fig = plot_scaling(result)
+        try:
+            m = next(ax for ax in fig.axes if ax.get_title() == "count manifold: nearest toy shape")
+            lines = {ln.get_label(): ln for ln in m.get_lines()}
+            mine = sorted(result.organisms(), key=lambda r: (r["seed"], r["L"]))  # the test preset: one seed
+            assert np.array_equal(lines["organism: to its nearest toy variant"].get_xydata(),
+                                  [[r["L"], r["manifold_procrustes"]] for r in mine])
+            assert np.array_equal(lines[f"organism: to {result.toy_variant}"].get_xydata(),
+                                  [[r["L"], r["manifold_procrustes_toy"]] for r in mine])
+            assert [t.get_text() for t in m.texts] == [r["manifold_nearest"] for r in mine]
+            assert [tuple(t.xy) for t in m.texts] == [(r["L"], r["manifold_procrustes"]) for r in mine]
+            below = [[r["L"], r["manifold_procrustes"]] for r in mine if not r["manifold_above_floor"]]
+            ring = lines.get("shape below its floor")
+            assert (ring is None and not below) or np.array_equal(ring.get_xydata(), below)
+        finally:
+            plt.close(fig)
