@@ -14,6 +14,7 @@ the fair comparison, because countlens computes the stop factor too (it feeds th
 prompt pass).
 
     OMP_NUM_THREADS=1 python bench/bench_libraries.py [--L 12] [--count 5] [--flip first] [--location-step 2]
+        [--parts positions,components,patching] [--source 6] [--answer-tokens 1]
 
 The default pair (count 5, its first target turned) is the one of counts 2..9 at L = 12 whose clean and corrupted
 logit differences lie furthest apart in the right direction (0.14 nats; most pairs differ by under 0.03), so a cell
@@ -27,6 +28,13 @@ set from the clean trace) and ``generic_activation_patch`` with ``layer_pos_patc
 (b) Components: the twin's attention and MLP writes and every head's output (the attention output projection's
 input, one head's slice) at the boundary written into the clean run: ``run_components --source twin --scope
 boundary`` against nnsight. TransformerLens's side of (b) is bench/bench_component_patching.py.
+(d) Figure 9a (issue 46): the source prompt's boundary residual written into the target prompt's run at every
+location, one pair (target ``--count``, source ``--source``, next to it by default, so that countlens's candidates
+n_t..n_s are the two answers the reference scores): ``run_patching`` (the boundary-step runner: the
+target's prefix once, every location a row of one boundary step, the clean run a row too, the candidates
+teacher-forced and ``--answer-tokens`` greedy tokens decoded from the step's cache) against nnsight, one
+``trace`` per cell and candidate (``embed_tokens`` / ``layers[l]`` output set at the boundary from the source's
+trace). Both score LD = log P(n_s) − log P(n_t) of the final answers.
 (c) Memory (``--memory-only``, no nnsight needed): the peak memory of one boundary step of 64 cells from a
 200-token prompt's cache against one cell, with the rows sharing the prefix cache (countlens.llm.boundary) and
 with a copy of it per row (the runner before issue 46), each way in a process of its own.
@@ -69,10 +77,15 @@ def prompt_settings(args) -> PromptSettings:
 def one_token_answers(tok, n: int, template: str) -> tuple[int, int]:
     """The answer tokens of ``n`` and ``n − 1`` (one token each: each candidate is one token fed after the
     prompt)."""
-    n_tok, m_tok = candidate_token_ids(tok, [n, n - 1], template)
-    if len(n_tok) != 1 or len(m_tok) != 1:
-        sys.exit(f"the answers {n} and {n - 1} are not one token each; choose a one-digit --count")
-    return n_tok[0], m_tok[0]
+    return one_token_answers_of(tok, [n, n - 1], template)
+
+
+def one_token_answers_of(tok, counts, template: str) -> tuple[int, ...]:
+    """The answer token of each count of ``counts`` (one token each)."""
+    ids = candidate_token_ids(tok, counts, template)
+    if any(len(t) != 1 for t in ids):
+        sys.exit(f"the answers {list(counts)} are not one token each; choose one-digit counts")
+    return tuple(t[0] for t in ids)
 
 
 def final_logprob(logits, cand: int, stops) -> torch.Tensor:
@@ -216,6 +229,79 @@ def nnsight_components(model, clean_ids, twin_ids, n_tok, m_tok, n_heads, stops)
     return out
 
 
+# ------------------------------------------------------------------------------------ (d) Figure 9a
+
+
+def nnsight_boundary_patching(model, source_ids, target_ids, locations, s_tok, t_tok, stops) -> np.ndarray:
+    """(locations,) LD = log P(n_s) − log P(n_t) of the target run with the source's boundary residual written at
+    each location: one trace per cell and candidate, the target prompt followed by the candidate (so the
+    boundary is position −2), the source's residuals saved from one trace of it."""
+    from nnsight import NNsight
+
+    nm = NNsight(model)
+
+    def site(loc):  # location 0: the embeddings (block 0's input); l >= 1: block l - 1's output
+        return nm.model.embed_tokens if loc == 0 else nm.model.layers[loc - 1]
+
+    target = {c: with_token(target_ids, c) for c in (s_tok, t_tok)}
+    out = np.zeros(len(locations))
+    with torch.no_grad():
+        saved = []  # made outside the trace (see nnsight_positions)
+        with nm.trace(torch.tensor([source_ids])):
+            for loc in locations:
+                saved.append(site(loc).output[:, -1].clone().save())
+        for j, loc in enumerate(locations):
+            final = {}
+            for c, ids in target.items():
+                with nm.trace(ids):
+                    site(loc).output[:, -2] = saved[j]
+                    logits = nm.output.logits[0, -2:].save()
+                final[c] = float(final_logprob(logits, c, stops))
+            out[j] = final[s_tok] - final[t_tok]
+    return out
+
+
+def boundary_patching(args, stops) -> None:
+    """(d): ``run_patching`` on one pair at every location against :func:`nnsight_boundary_patching`; prints,
+    records the row ``nnsight_boundary_patching`` and exits 1 where a cell differs by more than ``TOLERANCE``.
+    countlens runs as a stage of ``reproduce`` does: its model, tokenizer and config read once into a
+    :class:`~countlens.llm.models.ModelPool` before (the reference gets its prompts' token ids made)."""
+    from countlens.llm.models import ModelPool
+    from countlens.llm.patching.experiment import PatchingConfig, plan_patching, run_patching
+
+    config = PatchingConfig(prompts=prompt_settings(args), sources=[args.source], targets=[args.count],
+                            answer_tokens=args.answer_tokens)
+    pool = ModelPool()
+    loaded = pool.loaded(config.model, progress=False)
+    number_continuations(loaded.tokenizer)  # a definition, made once per tokenizer (as ``stops``)
+    result, *ours = timed(lambda: run_patching(config, loaded=loaded, pool=pool))
+    [(src, tgt)] = plan_patching(config).pairs
+    locations = [loc["index"] for loc in result.locations]
+    ld = np.array([r["ld_patched"] for r in result.rows])
+    s_tok, t_tok = one_token_answers_of(loaded.tokenizer, [src.n, tgt.n], config.prompts.template)
+    theirs, *nn_s = timed(nnsight_boundary_patching, fresh_model().model, src.ids, tgt.ids, locations, s_tok, t_tok,
+                          stops)
+    worst = float(np.abs(theirs - ld).max())
+    print(f"(d) Figure 9a: count {tgt.n} patched from {src.n} ({tgt.n_tokens} tokens) at {len(locations)} locations "
+          f"= {len(locations)} cells, answer tokens {args.answer_tokens}; LD target {result.rows[0]['ld_target']:.3f}, "
+          f"source {result.rows[0]['ld_source']:.3f} nats")
+    print(f"    largest |countlens − nnsight| {worst:.2e} nats (largest |LD − LD target| "
+          f"{float(np.abs(ld - result.rows[0]['ld_target']).max()):.3f})")
+    print(f"    countlens run_patching {seconds(*ours)}")
+    print(f"    nnsight, a trace per cell and candidate: {seconds(*nn_s)}: {ratio(nn_s, ours)}")
+    record("nnsight_boundary_patching", what=f"Figure 9a's boundary patching, {len(locations)} cells, one pair",
+           countlens=f"`run_patching` (answer tokens {args.answer_tokens}), {ours[1]:.1f} s CPU "
+                     f"({ours[0]:.1f} s wall)",
+           baseline=f"nnsight, a `trace` per cell and candidate ({nn_s[1]:.1f} s CPU, {nn_s[0]:.1f} s wall)",
+           ratio=f"{nn_s[1] / ours[1]:.1f}×",
+           command="OMP_NUM_THREADS=1 python bench/bench_libraries.py --parts patching",
+           note=f"by CPU time, the whole `run_patching` call in a run's model pool (its plan, source pass, clean run, "
+                f"every candidate {tgt.n}..{src.n}, the greedy answer); final-answer LD equal cell by cell "
+                f"({worst:.1e} nats)")
+    if worst > TOLERANCE:
+        sys.exit(f"FAILED: a cell differs by {worst:.2e} nats (tolerance {TOLERANCE:.0e})")
+
+
 # ------------------------------------------------------------------------------------ (c) memory
 
 
@@ -344,6 +430,16 @@ def main() -> None:
                     help="which target the twin turns into the distractor (default: first)")
     ap.add_argument("--location-step", type=int, default=2,
                     help="Figure 11 patches every this-many-th location and the last (default: 2)")
+    ap.add_argument("--parts", default=",".join(PARTS),
+                    help="comma-separated parts to run: positions (a), components (b), patching (d) "
+                         "(default: positions,components,patching)")
+    ap.add_argument("--source", type=int, default=6,
+                    help="(d) Figure 9a's source count, patched into the --count prompt, one digit; next to it, "
+                         "countlens's candidates (every count between the two) are the two answers the reference "
+                         "scores (default: 6)")
+    ap.add_argument("--answer-tokens", type=int, default=1,
+                    help="(d) greedy answer tokens run_patching decodes per cell (the nnsight loop decodes none; "
+                         "default: 1)")
     ap.add_argument("--memory-only", action="store_true",
                     help="measure (c), the boundary step's peak memory, alone (no nnsight needed; default: off)")
     ap.add_argument("--memory-mode", choices=("shared", "copied"), default=None,
@@ -377,9 +473,27 @@ def main() -> None:
     print(f"load average at start {os.getloadavg()[0]:.2f} (1 min) on {os.cpu_count()} cores; torch threads "
           f"{torch.get_num_threads()}", flush=True)
     loaded = fresh_model()
-    tok = loaded.tokenizer
+    stops = torch.as_tensor(number_continuations(loaded.tokenizer))  # a definition: made outside every timed call
+    parts = set(args.parts.split(","))
+    if parts - set(PARTS):
+        sys.exit(f"--parts: choose among {', '.join(PARTS)}")
+    if "patching" in parts:  # countlens first in each part, on the model no library has wrapped
+        boundary_patching(args, stops)
+    if "positions" in parts:
+        positions_part(args, loaded, stops)
+    if "components" in parts:
+        components_part(args, loaded, stops)
+    print(f"load average at end {os.getloadavg()[0]:.2f} (1 min)")
+    print(f"every cell agrees within {TOLERANCE:.0e} nats")
 
-    # countlens first, on the model no library has wrapped
+
+PARTS = ("positions", "components", "patching")
+
+
+def positions_part(args, loaded, stops) -> None:
+    """(a): ``run_position_patching`` against nnsight and TransformerLens; prints, records ``position_patching``,
+    exits 1 where a cell differs by more than ``TOLERANCE``."""
+    tok = loaded.tokenizer
     fig = PositionPatchingConfig(prompts=prompt_settings(args), location_step=args.location_step, flip=args.flip)
     result, *ours_a = timed(lambda: run_position_patching(fig, loaded=loaded))
     pair = prompt_pairs(tok, fig)[0]
@@ -387,29 +501,13 @@ def main() -> None:
     locations, positions = [loc["index"] for loc in result.locations], row.positions
     ld_a = np.array(row.ld)
     n_tok, m_tok = one_token_answers(tok, pair.clean.n, fig.prompts.template)
-    stops = torch.as_tensor(number_continuations(tok))  # a definition: made outside every timed call
-
-    comp = ComponentsConfig(model=ModelSpec(), prompts=prompt_settings(args), ablate_prompts=1, source="twin",
-                            scope="boundary", batch_size=8, flip=args.flip)
-    plan = plan_components(comp)
-    clean, twin = plan.prompts[plan.ablated[0]], plan.twins[0]
-    comp_result, *ours_b = timed(lambda: run_components(comp, loaded=loaded))
-    # the same call without the ablation: its DLA pass and greedy answers, so the patching alone is the difference
-    _, *dla = timed(lambda: run_components(comp.with_options(ablate_prompts=0), loaded=loaded))
-    ld_b = {(a["layer"], a["kind"], a["head"]): a["ld_change_mean"] for a in comp_result.ablation}
-
     nn_a, *nn_a_s = timed(nnsight_positions, fresh_model().model, pair, locations, positions, n_tok, m_tok, stops)
-    nn_b, *nn_b_s = timed(nnsight_components, fresh_model().model, clean.ids, twin.ids, n_tok, m_tok, plan.n_heads,
-                          stops)
     bridge = bridge_of(fresh_model())  # booted outside the time, as bench_component_patching does
-    tl_a, *tl_a_s = timed(transformer_lens_positions, bridge, plan.n_blocks, pair, locations, positions, n_tok, m_tok,
+    n_blocks = len(loaded.model.model.layers)
+    tl_a, *tl_a_s = timed(transformer_lens_positions, bridge, n_blocks, pair, locations, positions, n_tok, m_tok,
                           stops)
-
     cells_a = ld_a.size
     worst_a = {"nnsight": float(np.abs(nn_a - ld_a).max()), "TransformerLens": float(np.abs(tl_a - ld_a).max())}
-    keys = sorted(ld_b, key=str)
-    worst_b = max(abs(ld_b[k] - nn_b[k]) for k in keys)
-    alone = (ours_b[0] - dla[0], ours_b[1] - dla[1])
     print(f"(a) Figure 11: count {pair.clean.n} vs its twin ({pair.clean.n_tokens} tokens, L={args.L}, flip "
           f"{fig.flip}), {len(locations)} locations (step {args.location_step}) x {len(positions)} positions = "
           f"{cells_a} cells; LD clean {row.ld_clean:.3f}, corrupted {row.ld_corrupt:.3f} nats")
@@ -420,6 +518,35 @@ def main() -> None:
     print(f"    nnsight, a trace per cell and candidate: {seconds(*nn_a_s)}: {ratio(nn_a_s, ours_a)}")
     print(f"    TransformerLens generic_activation_patch, a call per candidate: {seconds(*tl_a_s)}: "
           f"{ratio(tl_a_s, ours_a)}")
+    record("position_patching", what=f"Figure 11's patching, {cells_a} cells, one pair",
+           countlens=f"`run_position_patching`, {ours_a[1]:.1f} s CPU",
+           baseline=f"nnsight, a `trace` per cell and candidate ({nn_a_s[1]:.1f} s CPU); TransformerLens "
+                    f"`generic_activation_patch` ({tl_a_s[1]:.1f} s CPU)",
+           ratio=f"{nn_a_s[1] / ours_a[1]:.1f}× / {tl_a_s[1] / ours_a[1]:.1f}×",
+           command="OMP_NUM_THREADS=1 python bench/bench_libraries.py",
+           note=f"by CPU time; final-answer LD equal cell by cell ({max(worst_a.values()):.1e} nats)")
+    if max(worst_a.values()) > TOLERANCE:
+        sys.exit(f"FAILED: a cell differs by {max(worst_a.values()):.2e} nats (tolerance {TOLERANCE:.0e})")
+
+
+def components_part(args, loaded, stops) -> None:
+    """(b): ``run_components --source twin --scope boundary`` against nnsight; prints, records
+    ``nnsight_components``, exits 1 where a cell differs by more than ``TOLERANCE``."""
+    tok = loaded.tokenizer
+    comp = ComponentsConfig(model=ModelSpec(), prompts=prompt_settings(args), ablate_prompts=1, source="twin",
+                            scope="boundary", batch_size=8, flip=args.flip)
+    plan = plan_components(comp)
+    clean, twin = plan.prompts[plan.ablated[0]], plan.twins[0]
+    n_tok, m_tok = one_token_answers(tok, clean.n, comp.prompts.template)
+    comp_result, *ours_b = timed(lambda: run_components(comp, loaded=loaded))
+    # the same call without the ablation: its DLA pass and greedy answers, so the patching alone is the difference
+    _, *dla = timed(lambda: run_components(comp.with_options(ablate_prompts=0), loaded=loaded))
+    ld_b = {(a["layer"], a["kind"], a["head"]): a["ld_change_mean"] for a in comp_result.ablation}
+    nn_b, *nn_b_s = timed(nnsight_components, fresh_model().model, clean.ids, twin.ids, n_tok, m_tok, plan.n_heads,
+                          stops)
+    keys = sorted(ld_b, key=str)
+    worst_b = max(abs(ld_b[k] - nn_b[k]) for k in keys)
+    alone = (ours_b[0] - dla[0], ours_b[1] - dla[1])
     print(f"(b) components: {len(keys)} cells (attention and MLP writes and heads of {plan.n_blocks} blocks at the "
           f"boundary), count {clean.n} vs its twin")
     print(f"    largest |countlens − nnsight| of the LD change {worst_b:.2e} nats (largest change "
@@ -429,25 +556,14 @@ def main() -> None:
           f"{seconds(*alone)} (less the same call without the ablation, {seconds(*dla)})")
     print(f"    nnsight, a trace per cell and candidate: {seconds(*nn_b_s)}: {ratio(nn_b_s, ours_b)}; against the "
           f"patching alone {ratio(nn_b_s, alone)}")
-    print(f"load average at end {os.getloadavg()[0]:.2f} (1 min)")
     record("nnsight_components", what=f"component patching, {len(keys)} cells, one pair",
            countlens=f"{ours_b[1]:.1f} s CPU ({ours_b[0]:.1f} s wall; patching alone {alone[1]:.1f} s CPU)",
            baseline=f"a plain nnsight loop of a `trace` per cell and candidate ({nn_b_s[1]:.1f} s CPU)",
            ratio=f"{nn_b_s[1] / ours_b[1]:.2f}×", command="OMP_NUM_THREADS=1 python bench/bench_libraries.py",
            note=f"by CPU time, the whole `run_components` call; final-answer LD change equal cell by cell "
                 f"({worst_b:.1e} nats)")
-    record("position_patching", what=f"Figure 11's patching, {cells_a} cells, one pair",
-           countlens=f"`run_position_patching`, {ours_a[1]:.1f} s CPU",
-           baseline=f"nnsight, a `trace` per cell and candidate ({nn_a_s[1]:.1f} s CPU); TransformerLens "
-                    f"`generic_activation_patch` ({tl_a_s[1]:.1f} s CPU)",
-           ratio=f"{nn_a_s[1] / ours_a[1]:.1f}× / {tl_a_s[1] / ours_a[1]:.1f}×",
-           command="OMP_NUM_THREADS=1 python bench/bench_libraries.py",
-           note=f"by CPU time; final-answer LD equal cell by cell ({max(worst_a.values()):.1e} nats)")
-    worst = max(*worst_a.values(), worst_b)
-    if worst > TOLERANCE:
-        sys.exit(f"FAILED: a cell differs by {worst:.2e} nats (tolerance {TOLERANCE:.0e})")
-    print(f"every cell agrees within {TOLERANCE:.0e} nats")
-
+    if worst_b > TOLERANCE:
+        sys.exit(f"FAILED: a cell differs by {worst_b:.2e} nats (tolerance {TOLERANCE:.0e})")
 
 if __name__ == "__main__":
     main()

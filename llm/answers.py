@@ -143,10 +143,6 @@ def answer_batch(model, input_ids, attention_mask, correct_ids: Sequence[Sequenc
     the correct answer, before the decode steps extend the cache. ``continuation``: the tokens that continue a
     number (:func:`score_candidates`; default: those of the tokenizer the model was loaded with).
     """
-    import torch
-
-    B = input_ids.shape[0]
-    device = input_ids.device
     positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, T)
     with prompt_context if prompt_context is not None else contextlib.nullcontext():
         logits, cache = cached_forward(model, input_ids, attention_mask, positions, last_only=True)  # (B, V)
@@ -154,7 +150,20 @@ def answer_batch(model, input_ids, attention_mask, correct_ids: Sequence[Sequenc
     rows = [[list(c), *(list(k) for k in candidates or ())] for c in correct_ids]
     scores = score_candidates(model, logits, cache, attention_mask, last_pos, rows,
                               continuation=continuation)  # (B, 1 + K)
-    logprob = scores[:, 0]
+    tokens = greedy_tokens(model, logits, cache, attention_mask, last_pos, stop_ids, answer_tokens, pad_id)
+    return AnswerBatch(tokens, scores[:, 0], scores[:, 1:] if candidates else None)
+
+
+def greedy_tokens(model, logits, cache, attention_mask, last_pos, stop_ids: set[int],
+                  answer_tokens: int = ANSWER_TOKENS, pad_id: int = 0) -> list[list[int]]:
+    """Greedy decoding after a pass that ended at the boundary, the one decode loop of every runner (a whole
+    prompt pass, :func:`answer_batch`; a boundary step, :mod:`countlens.llm.boundary`): per row the ids generated
+    (at most ``answer_tokens``, the stop token excluded). ``logits`` (B, V): the boundary's next-token logits;
+    ``cache``: the pass's KV cache, extended in place (score the candidates from it first); ``attention_mask``
+    (B, T) and ``last_pos`` (B, 1): the pass's mask and boundary position ids; a finished row is fed ``pad_id``."""
+    import torch
+
+    B, device = logits.shape[0], logits.device
     tokens: list[list[int]] = [[] for _ in range(B)]
     done = torch.zeros(B, dtype=torch.bool, device=device)
     stop = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
@@ -168,9 +177,9 @@ def answer_batch(model, input_ids, attention_mask, correct_ids: Sequence[Sequenc
         if bool(done.all()) or step == answer_tokens - 1:
             break
         nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
-        mask = torch.cat([mask, torch.ones((B, 1), dtype=mask.dtype, device=device)], dim=1)
+        mask = torch.cat([mask, torch.ones((B, 1), dtype=mask.dtype, device=mask.device)], dim=1)
         logits, cache = cached_forward(model, nxt[:, None], mask, last_pos + step + 1, cache)
-    return AnswerBatch(tokens, logprob, scores[:, 1:] if candidates else None)
+    return tokens
 
 
 # ----------------------------------------------------------------------------- teacher-forced candidates

@@ -14,8 +14,15 @@ sliding-window) layers is copied per row instead (:func:`~countlens.llm.answers.
 note per model.
 
 The cells are :class:`~countlens.llm.patching.edits.Setter` lists of the one patch mechanism that write at
-position ``-1`` (the boundary) of their row (:func:`boundary_cell_scores`), so a cell here equals the same
-cell of a whole prompt pass (:func:`~countlens.llm.patching.edits.patched_prompt_logprobs`).
+position ``-1`` (the boundary) of their row, so a cell here equals the same cell of a whole prompt pass
+(:func:`~countlens.llm.patching.edits.patched_prompt_logprobs`, :func:`~countlens.llm.patching.edits.
+scored_answers`). Two read-outs: the candidates' log-probabilities alone (:func:`boundary_cell_scores`: head
+ablation, the components' mean-ablation and twin patching), or those and the greedy answer
+(:func:`boundary_cell_answers`, :func:`boundary_scored_answers`: Figure 9a's patching and Figure 9b's steering,
+the clean run being the cell without a setter), decoded after the step by the loop a whole prompt pass decodes
+with (:func:`~countlens.llm.answers.greedy_tokens`): each decode step appends the row's own token to its
+:class:`SharedRowsLayer` (sliding layers slide past the shared prefix as transformers' do), the setters
+inactive (they write the boundary step only, as a whole pass's edit writes the prompt pass only).
 """
 
 from __future__ import annotations
@@ -30,10 +37,21 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from countlens.llm.answers import cached_forward, score_candidates, select_cache_rows
-from countlens.llm.capture.residuals import find_blocks, pad_batch
+from countlens.llm.answers import (
+    ANSWER_TOKENS,
+    answer_token_ids,
+    cached_forward,
+    candidate_token_ids,
+    greedy_tokens,
+    number_continuations,
+    parse_answer,
+    score_candidates,
+    select_cache_rows,
+    stop_token_ids,
+)
+from countlens.llm.capture.residuals import find_blocks, pad_batch, pad_token_id
 from countlens.llm.hooks import HookSet
-from countlens.llm.patching.edits import Patch, Setter, stacked_setters
+from countlens.llm.patching.edits import Patch, ScoredAnswers, Setter, edit_setter, stacked_setters
 
 _NOTED: weakref.WeakSet = weakref.WeakSet()  # models whose copied cache has been noted once
 
@@ -177,20 +195,20 @@ def shared_cache_rows(cache, rows, model=None):
 
 class PrefixBatch:
     """A left-padded batch of prompts run up to (not including) its boundary: the KV cache of every earlier
-    position, from which the boundary is one single-token step (clean or edited), the rows sharing it."""
+    position, from which the boundary is one single-token step (clean or edited), the rows sharing it; the
+    candidates are scored (:meth:`step`), and the greedy answer decoded (:meth:`answers`), from the step's
+    cache. ``pad_id``: the pad token (left padding, and the token a finished answer is fed)."""
 
     def __init__(self, model, prompts, pad_id: int):
         device = model.get_input_embeddings().weight.device
-        self.model = model
+        self.model, self.pad_id = model, int(pad_id)
         self.ids, self.mask, _ = pad_batch(prompts, pad_id, "left", device)
         self.positions = (self.mask.long().cumsum(-1) - 1).clamp(min=0)
         _, self.cache = cached_forward(model, self.ids[:, :-1], self.mask[:, :-1], self.positions[:, :-1], last_only=True)
 
-    def step(self, rows, candidates, context=None, readout=None):
-        """The boundary step of the batch rows ``rows`` (R,) (repeats allowed; the rows share the prefix cache,
-        :func:`shared_cache_rows`) under ``context`` (hooks active during the step only): ``(log p(candidate)
-        (R, K) float64, read-out (R,) or None)``; ``candidates``: one list of K token lists per row;
-        ``readout``: a :class:`~countlens.llm.heads.attention.Readout` kept during the step."""
+    def _boundary(self, rows, context=None, readout=None):
+        """The boundary step of the rows ``rows`` (R,) under ``context``: ``(logits (R, V), the rows' cache, mask
+        (R, T), boundary position ids (R, 1))``; hooks (``context``, ``readout``'s) active during it only."""
         import torch
 
         rows = torch.as_tensor(rows, dtype=torch.long, device=self.ids.device)
@@ -202,8 +220,27 @@ class PrefixBatch:
             if context is not None:
                 stack.enter_context(context)
             logits, cache = cached_forward(self.model, self.ids[rows, -1:], mask, last, cache, last_only=True)
-        scores = score_candidates(self.model, logits, cache, mask, last, candidates)
+        return logits, cache, mask, last
+
+    def step(self, rows, candidates, context=None, readout=None, continuation=None):
+        """The boundary step of the batch rows ``rows`` (R,) (repeats allowed; the rows share the prefix cache,
+        :func:`shared_cache_rows`) under ``context`` (hooks active during the step only): ``(log p(candidate)
+        (R, K) float64, read-out (R,) or None)``; ``candidates``: one list of K token lists per row;
+        ``readout``: a :class:`~countlens.llm.heads.attention.Readout` kept during the step; ``continuation``:
+        :func:`~countlens.llm.answers.score_candidates`'."""
+        logits, cache, mask, last = self._boundary(rows, context, readout)
+        scores = score_candidates(self.model, logits, cache, mask, last, candidates, continuation=continuation)
         return scores, (None if readout is None else readout.values.copy())
+
+    def answers(self, rows, candidates, stop_ids, answer_tokens: int, context=None, continuation=None):
+        """:meth:`step` and the greedy answer of each row: ``(log p(candidate) (R, K) float64, per row the
+        generated ids)``, both from the step's cache (the candidates first, then ``answer_tokens`` decode steps
+        of :func:`~countlens.llm.answers.greedy_tokens`, the loop a whole prompt pass decodes with; the rows' own
+        later tokens extend their :class:`SharedRowsLayer`, the prefix stays shared). ``context`` is active during
+        the boundary step only, as a whole pass's edit is during the prompt pass only."""
+        logits, cache, mask, last = self._boundary(rows, context)
+        scores = score_candidates(self.model, logits, cache, mask, last, candidates, continuation=continuation)
+        return scores, greedy_tokens(self.model, logits, cache, mask, last, stop_ids, answer_tokens, self.pad_id)
 
 
 STEP_ROWS = 256  # rows (cells × prompts) of one boundary step (larger steps: larger matrix products)
@@ -215,20 +252,15 @@ def _boundary_only(setter: Setter) -> None:
                          "(component_setter(..., 'boundary')), or run whole prompt passes")
 
 
-def boundary_cell_scores(model, prompts, candidates, cells: Sequence[Sequence[Sequence[Setter]]], pad_id: int,
-                         batch_size: int = 8, step_rows: int = STEP_ROWS, progress=None) -> list[np.ndarray]:
-    """log p(candidate) of every cell of every prompt: a list of (len(cells[i]), K) float64, one per prompt.
-    ``cells[i]``: prompt i's cells, each a list of :class:`Setter` s writing at position ``-1`` (the boundary;
-    an empty cell is the clean run); ``candidates[i]``: prompt i's K token lists. Per batch of ``batch_size``
-    prompts the prompt before its boundary runs once (:class:`PrefixBatch`); then each (prompt, cell) is one
-    row of a boundary step of ``step_rows`` rows, a cell's setters written into its own row (as
-    :func:`~countlens.llm.patching.edits.patched_prompt_logprobs` does in whole passes: equal cell by cell).
-    ``progress(k)`` after each step of k rows."""
+def _cell_steps(model, prompts, cells, pad_id: int, batch_size: int, step_rows: int):
+    """The boundary steps of every (prompt, cell): per step ``(batch, chunk, rows, patch)``: the prompts' batch
+    (:class:`PrefixBatch`, ``batch_size`` prompts, run once), ``chunk`` the step's (prompt, cell) indices,
+    ``rows`` each one's row of the batch, ``patch`` the :class:`Patch` writing each cell's setters into its own
+    row (stacked, :func:`stacked_setters`); at most ``step_rows`` rows a step."""
     for prompt_cells in cells:
         for cell in prompt_cells:
             for setter in cell:
                 _boundary_only(setter)
-    out = [np.zeros((len(cells[i]), len(candidates[i]))) for i in range(len(prompts))]
     for start in range(0, len(prompts), batch_size):
         idx = list(range(start, min(start + batch_size, len(prompts))))
         pairs = [(b, c) for b, i in enumerate(idx) for c in range(len(cells[i]))]
@@ -239,13 +271,71 @@ def boundary_cell_scores(model, prompts, candidates, cells: Sequence[Sequence[Se
             chunk = pairs[first:first + int(step_rows)]
             setters = stacked_setters([dataclasses.replace(s, rows=[r]) for r, (b, c) in enumerate(chunk)
                                        for s in cells[idx[b]][c]])
-            scores, _ = batch.step([b for b, _ in chunk], [candidates[idx[b]] for b, _ in chunk],
-                                   Patch(model, setters))
-            for r, (b, c) in enumerate(chunk):
-                out[idx[b]][c] = scores[r]
-            if progress is not None:
-                progress(len(chunk))
+            yield batch, [(idx[b], c) for b, c in chunk], [b for b, _ in chunk], Patch(model, setters)
+
+
+def boundary_cell_scores(model, prompts, candidates, cells: Sequence[Sequence[Sequence[Setter]]], pad_id: int,
+                         batch_size: int = 8, step_rows: int = STEP_ROWS, progress=None) -> list[np.ndarray]:
+    """log p(candidate) of every cell of every prompt: a list of (len(cells[i]), K) float64, one per prompt.
+    ``cells[i]``: prompt i's cells, each a list of :class:`Setter` s writing at position ``-1`` (the boundary;
+    an empty cell is the clean run); ``candidates[i]``: prompt i's K token lists. Per batch of ``batch_size``
+    prompts the prompt before its boundary runs once (:class:`PrefixBatch`); then each (prompt, cell) is one
+    row of a boundary step of ``step_rows`` rows, a cell's setters written into its own row (as
+    :func:`~countlens.llm.patching.edits.patched_prompt_logprobs` does in whole passes: equal cell by cell).
+    ``progress(k)`` after each step of k rows."""
+    out = [np.zeros((len(cells[i]), len(candidates[i]))) for i in range(len(prompts))]
+    for batch, chunk, rows, patch in _cell_steps(model, prompts, cells, pad_id, batch_size, step_rows):
+        scores, _ = batch.step(rows, [candidates[i] for i, _ in chunk], patch)
+        for r, (i, c) in enumerate(chunk):
+            out[i][c] = scores[r]
+        if progress is not None:
+            progress(len(chunk))
     return out
+
+
+def boundary_cell_answers(model, prompts, candidates, cells: Sequence[Sequence[Sequence[Setter]]], pad_id: int,
+                          stop_ids: set[int], answer_tokens: int, batch_size: int = 8,
+                          step_rows: int = STEP_ROWS, continuation=None):
+    """:func:`boundary_cell_scores` and every cell's greedy answer, both from its boundary step's cache
+    (:meth:`PrefixBatch.answers`): ``(scores, tokens)``, ``scores[i]`` (len(cells[i]), K) float64 and
+    ``tokens[i][c]`` the ids generated in prompt i's cell c (at most ``answer_tokens``, ``stop_ids`` ending
+    one) — what a whole prompt pass per cell decodes (:func:`~countlens.llm.answers.answer_batch`)."""
+    scores = [np.zeros((len(cells[i]), len(candidates[i]))) for i in range(len(prompts))]
+    tokens: list[list[list[int]]] = [[[] for _ in cells[i]] for i in range(len(prompts))]
+    for batch, chunk, rows, patch in _cell_steps(model, prompts, cells, pad_id, batch_size, step_rows):
+        got, ids = batch.answers(rows, [candidates[i] for i, _ in chunk], stop_ids, answer_tokens, patch,
+                                 continuation)
+        for r, (i, c) in enumerate(chunk):
+            scores[i][c], tokens[i][c] = got[r], ids[r]
+    return scores, tokens
+
+
+def boundary_scored_answers(model, tokenizer, prompts, counts: Sequence[int], edits, template: str = "chat",
+                            batch_size: int = 16, answer_tokens: int = ANSWER_TOKENS,
+                            step_rows: int = STEP_ROWS) -> ScoredAnswers:
+    """:func:`~countlens.llm.patching.edits.scored_answers` of ``prompts * C`` with boundary ``edits`` (one per
+    row: ``edits[c * P + i]`` prompt i's edit in cell c, ``(where, mode, vector)`` as
+    :func:`~countlens.llm.patching.edits.boundary_edits` takes, or ``None``: the clean run), from the boundary
+    step: each prompt's prefix once per batch of ``batch_size`` prompts, its C cells rows of one step, the
+    candidates ``counts`` teacher-forced and the greedy answer decoded from the step's cache
+    (:func:`boundary_cell_answers`). The same rows, in the same order, as the whole-pass runner."""
+    P = len(prompts)
+    if P == 0 or len(edits) % P:
+        raise ValueError(f"give one edit per prompt and cell: {len(edits)} edits for {P} prompts")
+    C = len(edits) // P
+    blocks = len(find_blocks(model))
+    cells = [[[] if edits[c * P + i] is None else [edit_setter(edits[c * P + i], blocks)] for c in range(C)]
+             for i in range(P)]
+    cands = candidate_token_ids(tokenizer, counts, template)
+    rows = [[answer_token_ids(tokenizer, p.n, template), *cands] for p in prompts]
+    scores, tokens = boundary_cell_answers(model, prompts, rows, cells, pad_token_id(tokenizer),
+                                           stop_token_ids(model, tokenizer), answer_tokens, batch_size, step_rows,
+                                           number_continuations(tokenizer))
+    order = [(i, c) for c in range(C) for i in range(P)]
+    texts = [tokenizer.decode(tokens[i][c], skip_special_tokens=True) for i, c in order]
+    got = np.stack([scores[i][c] for i, c in order])
+    return ScoredAnswers(texts, [parse_answer(t) for t in texts], got[:, 0].tolist(), [int(k) for k in counts],
+                         got[:, 1:])
 
 
 def __getattr__(name: str):
@@ -255,4 +345,4 @@ def __getattr__(name: str):
 
 
 __all__ = ["shares_rows", "shared_cache_rows", "PrefixBatch", "STEP_ROWS",
-           "boundary_cell_scores"]
+           "boundary_cell_scores", "boundary_cell_answers", "boundary_scored_answers"]

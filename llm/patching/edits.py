@@ -3,7 +3,11 @@ forward, a metric scores the patched run) and the causal tests at the assistant 
 patching and steering along a probe (docs/definitions.md §2), and patching over positions and layers.
 
 Boundary patching and steering edit one residual vector per prompt — the boundary position's, at one
-location — during the prompt pass, and let the forward continue. Location 0 is the input to block 0, location
+location — and let the forward continue. They run on the boundary-step runner (:mod:`countlens.llm.boundary`):
+an edit at the boundary changes no earlier key or value, so each prompt's prefix runs once and each edit is one
+row of a batched one-token step from it, an :func:`edit_setter` writing position ``-1`` of its row; the whole
+prompt pass per edit (:func:`boundary_edits` during :func:`scored_answers`) stays as the reference the tests
+compare it with, and for callers that read the answers of a few edited prompts. Location 0 is the input to block 0, location
 ``l >= 1`` the output of block ``l - 1`` (the capture's locations, at the hook sites of
 :mod:`countlens.llm.hooks`). **Only the boundary position is edited**: the items' positions keep their
 own vectors, so later blocks can re-read the items through attention. A patch that moves the answer at
@@ -55,10 +59,12 @@ from countlens.llm.hooks import HookSet, HookSite, hook_sites
 # active during every forward it spans, every hook through :class:`~countlens.llm.hooks.HookSet`; a metric scores
 # the patched run from its candidates' teacher-forced log-probabilities (:func:`logit_difference`,
 # :func:`expected_count`, :func:`~countlens.llm.answers.normalised_ld`). How the patched forward runs is the one
-# thing experiments choose, for speed: a whole prompt pass (:func:`scored_answers`: boundary patching, steering),
-# the corrupted run replayed below the patched site (:class:`~countlens.llm.patching.replay.PositionPatcher`: Figure 11), or one boundary step
-# from the prompt's cache, the cells rows of one batched step sharing it (:mod:`countlens.llm.boundary`: head
-# ablation, the components' mean-ablation and twin patching at the boundary).
+# thing experiments choose, for speed: a whole prompt pass (:func:`scored_answers`, :func:`patched_prompt_logprobs`:
+# the reference runners, and ``--scope all``), the corrupted run replayed below the patched site
+# (:class:`~countlens.llm.patching.replay.PositionPatcher`: Figure 11), or one boundary step from the prompt's
+# cache, the cells rows of one batched step sharing it, the answers scored and decoded from the step's cache
+# (:mod:`countlens.llm.boundary`: Figure 9a's patching, Figure 9b's steering, head ablation, the components'
+# mean-ablation and twin patching at the boundary).
 
 SETTER_MODES = ("replace", "add")
 
@@ -254,6 +260,23 @@ def random_direction(w: np.ndarray, seed: int) -> np.ndarray:
     return u * (np.linalg.norm(w) / np.linalg.norm(u))
 
 
+def edit_site(where, n_blocks: int) -> HookSite:
+    """The hook site of an edit's ``where``: a :class:`~countlens.llm.hooks.HookSite` as it is, or a residual
+    location index of a model of ``n_blocks`` blocks."""
+    return where if isinstance(where, HookSite) else hook_sites([int(where)], n_blocks)[0]
+
+
+def edit_setter(edit, n_blocks: int) -> Setter:
+    """The :class:`Setter` of one boundary edit ``(where, mode, vector)`` (:func:`boundary_edits`' form) at the
+    boundary of a boundary step's row (``positions=[-1]``, :mod:`countlens.llm.boundary`), the vector as
+    float32 as :func:`boundary_edits` writes it (then cast to the model's dtype)."""
+    import torch
+
+    where, mode, vector = edit
+    return Setter(edit_site(where, n_blocks), torch.as_tensor(vector, dtype=torch.float32), positions=[-1],
+                  mode=mode)
+
+
 def boundary_edits(model, edits):
     """``context(rows, boundary_index)`` for one batch of prompts (:func:`~countlens.llm.answers.answer_prompts`,
     :func:`~countlens.llm.answers.candidate_logprobs`): the boundary edits ``edits[r] = (where, mode, vector)``
@@ -271,7 +294,7 @@ def boundary_edits(model, edits):
             groups.setdefault((where if isinstance(where, HookSite) else int(where), edits[r][1]), []).append(b)
         setters = []
         for (where, mode), mine in groups.items():
-            site = where if isinstance(where, HookSite) else hook_sites([where], len(blocks))[0]
+            site = edit_site(where, len(blocks))
             value = torch.stack([torch.as_tensor(edits[rows[b]][2], dtype=torch.float32) for b in mine])
             setters.append(boundary_setter(site, index, value, mode, mine))
         return Patch(model, setters)
@@ -294,6 +317,12 @@ class ScoredAnswers(Answers):
 
     counts: list[int]
     candidate_logprobs: np.ndarray
+
+    def take(self, rows) -> ScoredAnswers:
+        """The rows ``rows`` (index list) of these answers, in that order."""
+        rows = list(rows)
+        return ScoredAnswers([self.answer_text[r] for r in rows], [self.answer[r] for r in rows],
+                             [self.answer_logprob[r] for r in rows], self.counts, self.candidate_logprobs[rows])
 
 
 def scored_answers(model, tokenizer, prompts, counts: Sequence[int], template: str = "chat", batch_size: int = 16,

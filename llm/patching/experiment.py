@@ -1,7 +1,12 @@
 """Figure 9a, boundary activation patching: a :class:`PatchingConfig` in, a :class:`PatchingResult` out
-(``patching.json`` and ``patching.csv``). The edits (one boundary vector replaced per prompt) are
-:func:`countlens.llm.patching.edits.boundary_edits`, batched across prompts by
-:func:`~countlens.llm.patching.edits.scored_answers`.
+(``patching.json`` and ``patching.csv``). The edits (one boundary vector replaced per prompt and location)
+run on the boundary-step runner (:mod:`countlens.llm.boundary`,
+:func:`~countlens.llm.boundary.boundary_scored_answers`): the target prompts before their boundary run once per
+batch, then every (target, location) — and the clean run, the cell without a patch — is one row of a batched
+one-token boundary step sharing that cache, the patch a :class:`~countlens.llm.patching.edits.Setter` at the
+row's boundary; every candidate answer is teacher-forced and the greedy answer decoded (``answer_tokens`` steps)
+from the step's cache. A patch at the boundary changes no earlier key or value, so this equals a whole prompt
+pass per cell (:func:`~countlens.llm.patching.edits.scored_answers`, tests/unit/test_boundary_answers.py).
 
 Beside the greedy answer (which a weak model leaves at "1" whatever is patched), every answer is scored as a
 distribution over the candidate counts (docs/definitions.md §2, :mod:`countlens.llm.answers`): the normalised
@@ -36,6 +41,7 @@ from countlens.llm.answers import (
     checked_candidates,
     normalised_ld,
 )
+from countlens.llm.boundary import boundary_scored_answers
 from countlens.llm.capture.residuals import (
     BoundaryCapture,
     context_length,
@@ -52,7 +58,7 @@ from countlens.llm.models import (
     load_model_config,
     load_tokenizer,
 )
-from countlens.llm.patching.edits import logit_difference, scored_answers
+from countlens.llm.patching.edits import logit_difference
 from countlens.llm.prompts import DEFAULT_PAIRS, Prompt, PromptSettings, build_prompts
 
 QUICK_LOCATIONS = "0:-1:2,-1"  # the quick preset's locations: every other one, and the last
@@ -96,8 +102,8 @@ class PatchingConfig(ExperimentConfig):
     differences are closer than ``min_gap`` nats left out of ``normalised_ld``. ``prompts``
     (:class:`~countlens.llm.prompts.PromptSettings`, nested as in every experiment): the prompt set holding every
     source and target prompt; its ``counts`` are the sources and targets (set from them). The default ``L = 64``
-    keeps the prompts short: the experiment costs one prompt pass per pair and location, and small counts are
-    where a 135M model answers at all."""
+    keeps the prompts short: the experiment costs one prefix pass per batch of targets and one boundary-step
+    row per pair and location, and small counts are where a 135M model answers at all."""
 
     model: ModelSpec = field(default_factory=ModelSpec)
     prompts: PromptSettings = field(default_factory=_patching_prompts)
@@ -258,7 +264,7 @@ def patching_candidates(config: PatchingConfig) -> list[int]:
 @dataclass
 class PatchingScores:
     """Every pass of a Figure 9a run over its P (source, target) pairs: the target prompts' ``clean`` and
-    ``patched`` answers (:func:`~countlens.llm.patching.edits.scored_answers`; patched row ``j * P + i`` is
+    ``patched`` answers (:func:`~countlens.llm.boundary.boundary_scored_answers`; patched row ``j * P + i`` is
     pair i patched at location j), the sources' candidate log-probabilities ``lp_source`` (P, K), the answer
     distributions over ``candidates`` of the three (``dist_target``, ``dist_source``, ``dist_patched``), and
     ``ld_target``, ``ld_source`` (P,): log p("n_s") − log p("n_t") of the target and the source runs (nats)."""
@@ -290,22 +296,47 @@ class PatchingScores:
                                 [self.column(k) for k in self.n_target])
 
 
+def source_pass(model, tokenizer, sources, locations: list[int], candidates: list[int], template: str,
+                batch_size: int):
+    """The source prompts' boundary vectors at ``locations`` ((P, locations, d) float32, as
+    :func:`boundary_vectors`) and their candidates' log-probabilities ((P, K),
+    :func:`~countlens.llm.answers.candidate_logprobs`), from one prompt pass per batch (the capture's hooks
+    active during it)."""
+    import contextlib
+
+    import torch
+
+    capture, vectors = BoundaryCapture(model, locations, early_stop=False), []
+
+    @contextlib.contextmanager
+    def keep(rows, index):
+        capture.expect(index)
+        with capture:
+            yield
+        vectors.append(capture.result())
+
+    lp = candidate_logprobs(model, tokenizer, sources, candidates, template, batch_size, context=keep)
+    return torch.cat(vectors), lp
+
+
 def patching_scores(model, tokenizer, plan: PatchingPlan) -> PatchingScores:
-    """One capture pass over the source prompts for their boundary vectors, one for their candidates' scores,
-    the clean target pass and the patched pass (every location, batched), scored as :class:`PatchingScores`."""
+    """One pass over the source prompts for their boundary vectors and their candidates' scores
+    (:func:`source_pass`); then per batch of targets their prefix once and one boundary step whose rows are
+    every (target, cell), the clean run the cell without a patch
+    (:func:`~countlens.llm.boundary.boundary_scored_answers`); scored as :class:`PatchingScores`."""
     import torch
 
     config, locs, pairs = plan.config, plan.locations, plan.pairs
     sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
     candidates = patching_candidates(config)
     template = config.prompts.template
+    P = len(pairs)
     with torch.inference_mode():
-        vectors = boundary_vectors(model, tokenizer, sources, locs, config.batch_size)  # (P, locs, d)
-        clean = scored_answers(model, tokenizer, targets, candidates, template, config.batch_size, config.answer_tokens)
-        edits = [(loc, "replace", vectors[i, j]) for j, loc in enumerate(locs) for i in range(len(pairs))]
-        patched = scored_answers(model, tokenizer, targets * len(locs), candidates, template, config.batch_size,
-                                 config.answer_tokens, edits)
-        lp_source = candidate_logprobs(model, tokenizer, sources, candidates, template, config.batch_size)
+        vectors, lp_source = source_pass(model, tokenizer, sources, locs, candidates, template, config.batch_size)
+        edits = [None] * P + [(loc, "replace", vectors[i, j]) for j, loc in enumerate(locs) for i in range(P)]
+        every = boundary_scored_answers(model, tokenizer, targets, candidates, edits, template, config.batch_size,
+                                        config.answer_tokens)
+        clean, patched = every.take(range(P)), every.take(range(P, len(edits)))
     n_s = np.array([s.n for s in sources])
     n_t = np.array([t.n for t in targets])
     return PatchingScores(
@@ -356,10 +387,10 @@ def location_record(name: str, loc: int, rows: list[dict[str, Any]]) -> dict[str
 
 def run_patching(config: PatchingConfig, *, loaded: LoadedModel | None = None, progress: bool = False,
                  pool: ModelPool | None = None) -> PatchingResult:
-    """Figure 9a. One capture pass over the source prompts gives their boundary vectors, one more their
-    candidates' scores; each (target, location) is then one patched prompt pass, batched across locations, from
-    whose logits and cache every candidate answer is teacher-forced and the greedy answer decoded
-    (:func:`~countlens.llm.patching.edits.scored_answers`). Only the boundary position is patched
+    """Figure 9a. One pass over the source prompts gives their boundary vectors and their candidates' scores
+    (:func:`source_pass`); each (target, location) is then one row of a boundary step from the targets' prefix
+    cache, from whose logits and cache every candidate answer is teacher-forced and the greedy answer decoded
+    (:func:`~countlens.llm.boundary.boundary_scored_answers`). Only the boundary position is patched
     (see :mod:`countlens.llm.patching.edits`). Bad input is refused before the weights load (:func:`plan_patching`);
     ``loaded`` reuses a model already loaded from ``config.model``; in ``pool`` (a run's
     :class:`~countlens.llm.models.ModelPool`) the model is resolved and read once."""
@@ -406,8 +437,8 @@ def boundary_vectors(model, tokenizer, prompts, locations: list[int], batch_size
 declare(Experiment(
     "patching", "Figure 9a: boundary activation patching", PatchingConfig, run_patching, PatchingResult, order=150,
     figure="countlens.llm.patching.figures:draw_patching", plot="countlens.llm.patching.figures:plot_patching", view="countlens.llm.patching.figures:patching_view",
-    # quick: every other location and the last (16 of SmolLM2's 31): each location is one prompt pass per pair,
-    # and the 31 took 49 s of make demo (BENCHMARKS.md)
+    # quick: every other location and the last (16 of SmolLM2's 31): when each location was one prompt pass per
+    # pair (before the boundary-step runner), the 31 took 49 s of make demo (BENCHMARKS.md)
     presets={"quick": PatchingConfig(locations=QUICK_LOCATIONS),
              # Every token pair and wording, three seeds, counts across the range.
              "full": PatchingConfig().with_options(L=256, sources=[40, 30, 20, 10, 5, 3],
@@ -420,5 +451,5 @@ declare(Experiment(
 
 
 __all__ = ["PatchingConfig", "PatchingResult", "PatchingPlan", "plan_patching", "patching_candidates",
-           "run_patching", "boundary_vectors", "answer_shift", "mean_or_none", "PatchingScores", "patching_scores",
+           "run_patching", "boundary_vectors", "source_pass", "answer_shift", "mean_or_none", "PatchingScores", "patching_scores",
            "patching_record", "location_record"]

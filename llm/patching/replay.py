@@ -26,9 +26,9 @@ from countlens.llm.hooks import HookSet, hook_sites
 # active during every forward it spans, every hook through :class:`~countlens.llm.hooks.HookSet`; a metric scores
 # the patched run from its candidates' teacher-forced log-probabilities (:func:`logit_difference`,
 # :func:`expected_count`, :func:`~countlens.llm.answers.normalised_ld`). How the patched forward runs is the one
-# thing experiments choose, for speed: a whole prompt pass (:func:`scored_answers`: boundary patching, steering),
+# thing experiments choose, for speed: a whole prompt pass (:func:`scored_answers`: the reference runner),
 # the corrupted run replayed below the patched site (:class:`PositionPatcher`: Figure 11), or one boundary step
-# from the prompt's cache (:func:`countlens.llm.heads.attention.ablated_scores`: head ablation).
+# from the prompt's cache (:mod:`countlens.llm.boundary`: boundary patching, steering, head ablation, components).
 from countlens.llm.patching.edits import Patch, Setter
 
 # ------------------------------------------------------------------ patching over positions and layers

@@ -1,10 +1,14 @@
 """Figure 9b, steering at the boundary: a :class:`SteeringConfig` in (a capture folder, and the probes fitted
 on it), a :class:`SteeringResult` out (``steering.json`` and ``steering.csv``).
 
-A step is added to the boundary vector at one location (:func:`countlens.llm.patching.edits.boundary_edits`) and
-the forward continues; per step the model's greedy answer and its answer distribution over the capture's
-count range, both from the same prompt pass (:func:`countlens.llm.patching.edits.scored_answers` /
-:func:`~countlens.llm.answers.answer_distribution`), are compared with the clean run's. Directions: the
+A step is added to the boundary vector at one location and the forward continues; per step the model's greedy
+answer and its answer distribution over the capture's count range (:func:`~countlens.llm.answers.answer_distribution`)
+are compared with the clean run's. The cells (prompt × direction × Δ, and the clean run: the cell without a
+step) run on the boundary-step runner (:func:`countlens.llm.boundary.boundary_scored_answers`): each batch of
+prompts before its boundary once, then every cell one row of a batched one-token boundary step sharing that
+cache, the step an ``add`` :class:`~countlens.llm.patching.edits.Setter` at the row's boundary, the candidates
+teacher-forced and the greedy answer decoded from the step's cache — equal to a whole prompt pass per cell
+(:func:`countlens.llm.patching.edits.scored_answers`), since no earlier key or value changes. Directions: the
 validation-selected ridge probe ``w`` (``probe``), the mean-difference direction ``v`` (``mean-diff``: the least-squares slope of the count
 centroids on n, :func:`countlens.llm.lens.readout.count_slope`), and a random direction (the control). Units:
 
@@ -35,10 +39,11 @@ from countlens.core.options import ExperimentConfig
 from countlens.core.registry import Experiment, declare
 from countlens.core.results import Result, result_provenance
 from countlens.llm.answers import ANSWER_TOKENS, answer_candidates, answer_distribution
+from countlens.llm.boundary import boundary_scored_answers
 from countlens.llm.capture.experiment import capture_model, capture_prompts, capture_spec
 from countlens.llm.lens.readout import count_slope
 from countlens.llm.models import LoadedModel, ModelPool, check_device
-from countlens.llm.patching.edits import count_step, random_direction, scored_answers, steering_vector
+from countlens.llm.patching.edits import count_step, random_direction, steering_vector
 from countlens.llm.patching.experiment import answer_shift, boundary_vectors, mean_or_none
 from countlens.llm.prompts import PromptSettings, build_prompts
 
@@ -299,7 +304,7 @@ def plan_steering(config: SteeringConfig) -> SteeringPlan:
 
 @dataclass
 class ScoredPass:
-    """One prompt pass: its greedy ``answers`` (:func:`~countlens.llm.patching.edits.scored_answers`) and their
+    """One set of cells: their greedy ``answers`` (:func:`~countlens.llm.boundary.boundary_scored_answers`) and their
     ``distribution`` over the candidates (:func:`~countlens.llm.answers.answer_distribution`)."""
 
     answers: Any
@@ -355,11 +360,12 @@ def run_steering(config: SteeringConfig, *, loaded: LoadedModel | None = None,
     steps = {(d, delta): plan.rules[d](delta) for d, delta in groups}
     candidates = answer_candidates(list(plan.meta.counts))
     truth = [p.n for p in prompts]
-    with torch.inference_mode():  # answers and every candidate's log-probability from one prompt pass
-        clean = scored_answers(model, tok, prompts, candidates, template, config.batch_size, config.answer_tokens)
-        edits = [(loc, "add", steps[g]) for g in groups for _ in prompts]
-        steered = scored_answers(model, tok, prompts * len(groups), candidates, template, config.batch_size,
-                                 config.answer_tokens, edits=edits)
+    P = len(prompts)
+    with torch.inference_mode():  # answers and every candidate's log-probability from one boundary step's cache
+        edits = [None] * P + [(loc, "add", steps[g]) for g in groups for _ in prompts]
+        every = boundary_scored_answers(model, tok, prompts, candidates, edits, template, config.batch_size,
+                                        config.answer_tokens)
+        clean, steered = every.take(range(P)), every.take(range(P, len(edits)))
         norms = np.linalg.norm(boundary_vectors(model, tok, prompts, [loc], config.batch_size)[:, 0].numpy(), axis=1)
     clean = ScoredPass(clean, answer_distribution(clean.candidate_logprobs, candidates, truth))
     steered = ScoredPass(steered, answer_distribution(steered.candidate_logprobs, candidates, truth * len(groups)))
