@@ -48,6 +48,7 @@ ORDER: list[tuple[str, str]] = [
     ("bench_component_patching", "transformerlens"),
     ("bench_libraries", "nnsight_components"),
     ("bench_libraries", "position_patching"),
+    ("bench_libraries", "nnsight_boundary_patching"),
     ("bench_libraries", "boundary_memory"),
     ("bench_attribution", "atp"),
     ("bench_das", "das"),
