@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 TIMES = {"seconds", "act_seconds", "capture_seconds", "wall_s", "cpu_s", "created_utc", "load_seconds", "latency_s",
+         "atp_seconds", "speed_ratio",
          "compute_s", "write_s"}
 BOOKKEEPING = {"stage.json", "reproduce.json"}
 # Settings renamed since older reports (old name -> new name): one name per setting (issue 20).

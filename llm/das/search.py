@@ -3,8 +3,9 @@ descent through the frozen model, and its scores on held-out pairs (docs/definit
 subspace"; the numerics of the basis in :mod:`countlens.llm.das.subspace`).
 
 Every run goes through the project's one boundary mechanism. Each prompt runs once up to (not including) its
-boundary (:class:`countlens.llm.heads.attention.PrefixBatch`, the KV cache of every earlier position); a
-boundary step is then one token through every block from that cache, and the interchange is an ``add``
+boundary (:class:`countlens.llm.boundary.PrefixBatch`, the KV cache of every earlier position); a
+boundary step is then one token through every block from that cache, its rows (pairs) sharing the prefix's
+keys and values without copying them (:func:`~countlens.llm.boundary.shared_cache_rows`), and the interchange is an ``add``
 :func:`~countlens.llm.patching.edits.boundary_setter` at the location's hook site (a
 :class:`~countlens.llm.patching.edits.Patch`), its value ``(h_source − h_base) R Rᵀ`` — differentiable in R, so
 the same step trains R. Only the boundary position is edited (as in boundary patching): the items keep their
@@ -21,10 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from countlens.llm.answers import cached_forward, score_candidates, select_cache_rows
+from countlens.llm.answers import cached_forward, score_candidates
+from countlens.llm.boundary import PrefixBatch, shared_cache_rows
 from countlens.llm.capture.residuals import find_blocks
 from countlens.llm.das.subspace import basis_of, interchange_step, orthonormal_module
-from countlens.llm.heads.attention import PrefixBatch
 from countlens.llm.hooks import HookSet, hook_sites
 from countlens.llm.patching.edits import Patch, boundary_setter
 
@@ -64,7 +65,7 @@ class BoundarySteps:
 
         p = self.prefix
         rows = torch.as_tensor(list(rows), dtype=torch.long, device=p.ids.device)
-        cache = select_cache_rows(p.cache, rows)
+        cache = shared_cache_rows(p.cache, rows, self.model)  # the rows share the prefix's keys and values
         mask, last = p.mask[rows], p.positions[rows, -1:]
         with context if context is not None else contextlib.nullcontext():
             logits, cache = cached_forward(self.model, p.ids[rows, -1:], mask, last, cache, last_only=True)
