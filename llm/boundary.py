@@ -206,9 +206,10 @@ class PrefixBatch:
         self.positions = (self.mask.long().cumsum(-1) - 1).clamp(min=0)
         _, self.cache = cached_forward(model, self.ids[:, :-1], self.mask[:, :-1], self.positions[:, :-1], last_only=True)
 
-    def _boundary(self, rows, context=None, readout=None):
+    def boundary(self, rows, context=None, readout=None):
         """The boundary step of the rows ``rows`` (R,) under ``context``: ``(logits (R, V), the rows' cache, mask
-        (R, T), boundary position ids (R, 1))``; hooks (``context``, ``readout``'s) active during it only."""
+        (R, T), boundary position ids (R, 1))``; hooks (``context``, ``readout``'s) active during it only;
+        differentiable where the context's values are (DAS trains its basis through it)."""
         import torch
 
         rows = torch.as_tensor(rows, dtype=torch.long, device=self.ids.device)
@@ -228,7 +229,7 @@ class PrefixBatch:
         (R, K) float64, read-out (R,) or None)``; ``candidates``: one list of K token lists per row;
         ``readout``: a :class:`~countlens.llm.heads.attention.Readout` kept during the step; ``continuation``:
         :func:`~countlens.llm.answers.score_candidates`'."""
-        logits, cache, mask, last = self._boundary(rows, context, readout)
+        logits, cache, mask, last = self.boundary(rows, context, readout)
         scores = score_candidates(self.model, logits, cache, mask, last, candidates, continuation=continuation)
         return scores, (None if readout is None else readout.values.copy())
 
@@ -238,7 +239,7 @@ class PrefixBatch:
         of :func:`~countlens.llm.answers.greedy_tokens`, the loop a whole prompt pass decodes with; the rows' own
         later tokens extend their :class:`SharedRowsLayer`, the prefix stays shared). ``context`` is active during
         the boundary step only, as a whole pass's edit is during the prompt pass only."""
-        logits, cache, mask, last = self._boundary(rows, context)
+        logits, cache, mask, last = self.boundary(rows, context)
         scores = score_candidates(self.model, logits, cache, mask, last, candidates, continuation=continuation)
         return scores, greedy_tokens(self.model, logits, cache, mask, last, stop_ids, answer_tokens, self.pad_id)
 

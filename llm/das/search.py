@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from countlens.llm.answers import cached_forward, score_candidates
-from countlens.llm.boundary import PrefixBatch, shared_cache_rows
+from countlens.llm.answers import score_candidates
+from countlens.llm.boundary import PrefixBatch
 from countlens.llm.capture.residuals import find_blocks
 from countlens.llm.das.subspace import basis_of, interchange_step, orthonormal_module
 from countlens.llm.hooks import HookSet, hook_sites
@@ -58,18 +58,11 @@ class BoundarySteps:
             self.prefix = PrefixBatch(model, list(prompts), pad_id)
 
     def logits(self, rows: Sequence[int], context=None):
-        """The boundary step of ``rows`` under ``context`` (a patch active during the step): ``(logits (R, V)
-        float32, the step's cache, its mask (R, T), the boundary's position ids (R, 1))``; differentiable
+        """The boundary step of ``rows`` under ``context`` (a patch active during the step;
+        :meth:`~countlens.llm.boundary.PrefixBatch.boundary`, the rows sharing the prefix cache): ``(logits
+        (R, V) float32, the step's cache, its mask (R, T), the boundary's position ids (R, 1))``; differentiable
         where the context's values are."""
-        import torch
-
-        p = self.prefix
-        rows = torch.as_tensor(list(rows), dtype=torch.long, device=p.ids.device)
-        cache = shared_cache_rows(p.cache, rows, self.model)  # the rows share the prefix's keys and values
-        mask, last = p.mask[rows], p.positions[rows, -1:]
-        with context if context is not None else contextlib.nullcontext():
-            logits, cache = cached_forward(self.model, p.ids[rows, -1:], mask, last, cache, last_only=True)
-        return logits, cache, mask, last
+        return self.prefix.boundary(list(rows), context)
 
     def vectors(self, locations: Sequence[int], batch_size: int = 64):
         """(P, len(locations), d) float32 clean boundary vectors of every prompt at the residual ``locations``,

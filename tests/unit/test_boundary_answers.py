@@ -99,10 +99,10 @@ def test_the_one_decode_loop_stops_rows_at_their_stop_token(family_model):  # no
     [prompt, _], _, _ = pairs(tok, "llama-3")
     with torch.inference_mode():
         batch = PrefixBatch(model, [prompt], pad_token_id(tok))
-        logits, cache, mask, last = batch._boundary([0, 0])
+        logits, cache, mask, last = batch.boundary([0, 0])
         first = int(torch.argmax(logits[0]))
         free = greedy_tokens(model, logits, cache, mask, last, stop_token_ids(model, tok), 4, batch.pad_id)
-        logits, cache, mask, last = batch._boundary([0, 0])
+        logits, cache, mask, last = batch.boundary([0, 0])
         stopped = greedy_tokens(model, logits, cache, mask, last, {first}, 4, batch.pad_id)
     assert len(free[0]) == 4 and free[0][0] == first
     assert stopped == [[], []]
