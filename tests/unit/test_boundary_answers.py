@@ -122,3 +122,31 @@ def test_the_source_pass_is_the_capture_and_the_candidates_of_two_passes(family_
         want_v = boundary_vectors(model, tok, prompts, [0, 1, 2], batch_size=2)
         want_lp = candidate_logprobs(model, tok, prompts, COUNTS, "chat", batch_size=2)
     assert torch.equal(vectors, want_v) and np.array_equal(lp, want_lp)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("family", ["llama-3", "qwen2", "gemma-2"])
+def test_boundary_answers_in_half_precision_are_the_whole_prompt_passes_to_the_dtypes_tolerance(
+        family_model, family, dtype):  # noqa: F811
+    """``--dtype bfloat16/float16`` through the decode path too: the boundary step's candidates and greedy answers
+    (the rows' decode steps from the shared cache) against the whole prompt pass per cell in the same dtype.
+    The candidates agree within a few of the dtype's ulps (the two run the same arithmetic in other shapes and
+    orders; on these models they come out equal), and the greedy answers are the same tokens."""
+    from tests.unit.test_boundary_step import HALF_TOLERANCE
+
+    loaded = load_model(str(family_model(family)), progress=False)
+    model, tok = loaded.model.to(dtype), loaded.tokenizer
+    prompts, twins, _ = pairs(tok, family)
+    batch = 1 if family.startswith("gemma") else 2
+    with torch.inference_mode():
+        edits = edits_of(model, tok, prompts, twins)
+        C = len(edits) // len(prompts)
+        whole = scored_answers(model, tok, prompts * C, COUNTS, "chat", batch, 6, edits)
+        got = boundary_scored_answers(model, tok, prompts, COUNTS, edits, "chat", batch, 6, step_rows=5)
+    tol = HALF_TOLERANCE[dtype]
+    assert np.isfinite(got.candidate_logprobs).all() and np.isfinite(got.answer_logprob).all()
+    np.testing.assert_allclose(got.candidate_logprobs, whole.candidate_logprobs, rtol=0, atol=tol)
+    np.testing.assert_allclose(got.answer_logprob, whole.answer_logprob, rtol=0, atol=tol)
+    assert got.answer_text == whole.answer_text and got.answer == whole.answer
+    assert min(len(tok(t, add_special_tokens=False)["input_ids"]) for t in got.answer_text) >= 3  # decode steps ran
+    assert np.ptp(whole.candidate_logprobs, axis=0).max() > 10 * tol  # the edits move the scores past the tolerance
