@@ -2,9 +2,10 @@
 each (prompt, cell) one row of a batched step from the prompt's shared cache, the candidates scored and the
 greedy answer decoded from the step's cache, equals the whole prompt pass per cell (``scored_answers``, the
 runner before issue 46): the same answer texts, the candidates' log-probabilities within 1e-10 nats in float64
-and 1e-5 in float32 (bfloat16 and float16 to their tolerance), on tiny random models of several families (sliding-window layers included); and the decode steps
-after a boundary step read what a whole forward of the prompt and the generated tokens reads (the rows' own
-later tokens beyond the shared prefix, past a sliding window too)."""
+and 1e-5 in float32 (bfloat16 and float16 to their tolerance), on tiny random models of several families
+(sliding-window layers included); and the decode steps after a boundary step read what a whole forward of the
+prompt and the generated tokens reads (the rows' own later tokens beyond the shared prefix, past a sliding
+window too)."""
 
 import numpy as np
 import pytest
