@@ -286,7 +286,8 @@ def plot_tasks(result: TasksResult):
     rank.set_yscale("log")
     _plot_manifold(shape, dims, result, colours)
     for ax in (acc, exp, r2, rank):
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:  # no lens run: the rank panel has no lines to name
+            ax.legend(fontsize=7)
     fig.suptitle(f"Tasks side by side: {result.model}")
     fig.tight_layout()
     return fig

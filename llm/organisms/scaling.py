@@ -440,8 +440,8 @@ def run_scaling(config: ScalingConfig, *, out: str | os.PathLike, progress: bool
 # tiny organisms converge within their 400 steps).
 PRESETS = {"quick": ScalingConfig(),
            # L = 100 needs a constant rate and many prompts: at the quick recipe it reached 0.19 after 6,000 steps;
-           # at 1e-2 held, 128 prompts a step, seeds 0, 1, 2 reached 0.995 / 0.990 / 0.990 after 17,150 / 7,050 /
-           # 20,200 steps (L = 10 and 30 at 300-350 and 1,400-1,900 steps), BENCHMARKS.md
+           # at 1e-2 held, 128 prompts a step, seeds 0, 1, 2 reached 0.990 each after 17,500 / 14,350 / 16,400
+           # steps (L = 10 and 30 at 300-350 and 1,400-1,800 steps; docs/findings.md, 5 Dec 2026)
            "full": ScalingConfig(Ls=[10, 30, 100], seeds=[0, 1, 2], lr=1e-2, warmup=300, decay=30_000,
                                  batch_size=128, max_steps=30_000),
            "test": ScalingConfig(Ls=[3, 4], seeds=[0], width=16, configs=["count", "tally"], batch_size=16,
