@@ -18,7 +18,7 @@ from countlens.llm.models import load_model
 from countlens.llm.patching.edits import scored_answers
 from countlens.llm.patching.experiment import boundary_vectors
 from tests.helpers.llm_fixtures import family_model, smollm2_tokenizer  # noqa: F401
-from tests.unit.test_boundary_step import pairs
+from tests.unit.test_boundary_step import HALF_TOLERANCE, pairs
 
 FAMILIES = ("llama-3", "qwen2", "gemma-2", "gpt-2", "phi-3", "olmo-2")
 COUNTS = [0, 1, 2, 3, 4, 5, 6, 10, 12]  # 10 and 12: two tokens each in SmolLM2's vocabulary
@@ -134,8 +134,6 @@ def test_boundary_answers_in_half_precision_are_the_whole_prompt_passes_to_the_d
     (the rows' decode steps from the shared cache) against the whole prompt pass per cell in the same dtype.
     The candidates agree within a few of the dtype's ulps (the two run the same arithmetic in other shapes and
     orders; on these models they come out equal), and the greedy answers are the same tokens."""
-    from tests.unit.test_boundary_step import HALF_TOLERANCE
-
     loaded = load_model(str(family_model(family)), progress=False)
     model, tok = loaded.model.to(dtype), loaded.tokenizer
     prompts, twins, _ = pairs(tok, family)
