@@ -5,8 +5,8 @@ subspace"; the numerics of the basis in :mod:`countlens.llm.das.subspace`).
 Every run goes through the project's one boundary mechanism. Each prompt runs once up to (not including) its
 boundary (:class:`countlens.llm.boundary.PrefixBatch`, the KV cache of every earlier position); a
 boundary step is then one token through every block from that cache, its rows (pairs) sharing the prefix's
-keys and values without copying them (:func:`~countlens.llm.boundary.shared_cache_rows`), and the interchange is an ``add``
-:func:`~countlens.llm.patching.edits.boundary_setter` at the location's hook site (a
+keys and values without copying them (:func:`~countlens.llm.boundary.shared_cache_rows`), and the interchange
+is an ``add`` :func:`~countlens.llm.patching.edits.boundary_setter` at the location's hook site (a
 :class:`~countlens.llm.patching.edits.Patch`), its value ``(h_source − h_base) R Rᵀ`` — differentiable in R, so
 the same step trains R. Only the boundary position is edited (as in boundary patching): the items keep their
 own vectors. The scores read the step's logits: the greedy first answer token (the argmax over the whole

@@ -7,8 +7,8 @@ location — and let the forward continue. They run on the boundary-step runner 
 an edit at the boundary changes no earlier key or value, so each prompt's prefix runs once and each edit is one
 row of a batched one-token step from it, an :func:`edit_setter` writing position ``-1`` of its row; the whole
 prompt pass per edit (:func:`boundary_edits` during :func:`scored_answers`) stays as the reference the tests
-compare it with, and for callers that read the answers of a few edited prompts. Location 0 is the input to block 0, location
-``l >= 1`` the output of block ``l - 1`` (the capture's locations, at the hook sites of
+compare it with, and for callers that read the answers of a few edited prompts. Location 0 is the input to
+block 0, location ``l >= 1`` the output of block ``l - 1`` (the capture's locations, at the hook sites of
 :mod:`countlens.llm.hooks`). **Only the boundary position is edited**: the items' positions keep their
 own vectors, so later blocks can re-read the items through attention. A patch that moves the answer at
 location ℓ therefore shows that the count is *committed* at the boundary by ℓ; one that does not may still

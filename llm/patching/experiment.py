@@ -451,5 +451,6 @@ declare(Experiment(
 
 
 __all__ = ["PatchingConfig", "PatchingResult", "PatchingPlan", "plan_patching", "patching_candidates",
-           "run_patching", "boundary_vectors", "source_pass", "answer_shift", "mean_or_none", "PatchingScores", "patching_scores",
+           "run_patching", "boundary_vectors", "source_pass", "answer_shift", "mean_or_none", "PatchingScores",
+           "patching_scores",
            "patching_record", "location_record"]
