@@ -14,6 +14,7 @@ import contextlib
 import io
 import os
 import re
+import tempfile
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -67,15 +68,34 @@ def _display(value) -> str | None:
     return "```text\n" + repr(value) + "\n```"
 
 
+@contextlib.contextmanager
+def scratch_tempdir(prefix: str):
+    """Inside the block, :mod:`tempfile` makes its folders in a fresh scratch folder, removed at the end: a
+    tutorial's ``tempfile.mkdtemp()`` work folder (kept when a reader runs the script) leaves nothing behind
+    in the system's temporary folder when the docs build runs it."""
+    before = tempfile.tempdir
+    with tempfile.TemporaryDirectory(prefix=prefix, ignore_cleanup_errors=True) as scratch:
+        tempfile.tempdir = scratch
+        try:
+            yield Path(scratch)
+        finally:
+            tempfile.tempdir = before
+
+
 def execute(path: str | os.PathLike, stem: str | None = None) -> Executed:
-    """Run the tutorial at ``path`` cell by cell and return its page; figures are named ``STEM-N.png``."""
+    """Run the tutorial at ``path`` cell by cell and return its page; figures are named ``STEM-N.png``.
+    What the tutorial writes under :mod:`tempfile` folders is removed afterwards (:func:`scratch_tempdir`)."""
+    path = Path(path)
+    with scratch_tempdir(f"countlens-docs-{path.stem}-"):
+        return _execute(path, stem or path.stem)
+
+
+def _execute(path: Path, stem: str) -> Executed:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    path = Path(path)
-    stem = stem or path.stem
     namespace: dict = {"__name__": "__main__", "__file__": str(path)}
     page, images = [], {}
     start = time.perf_counter()

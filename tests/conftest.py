@@ -29,6 +29,20 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.xdist_group(group))
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test that ran on the module's local Ray cluster carries Ray's own warning and error lines
+    (:mod:`tests.helpers.ray_logs`)."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and "local_cluster" in getattr(item, "fixturenames", ()):
+        from tests.helpers.ray_logs import report_section
+
+        text = report_section()
+        if text:
+            report.sections.append(("Ray's logs", text))
+
+
 def pytest_configure(config):
     if os.environ.get("PYTEST_XDIST_WORKER"):
         from countlens.core.threads import set_one_thread

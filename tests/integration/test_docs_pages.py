@@ -76,3 +76,24 @@ def test_the_cli_reference_lists_every_command_and_option():
                 assert re.search(rf"`{re.escape(flag)}`", section), (path, flag)
                 options += 1
     assert options > 200
+
+
+def test_an_executed_tutorial_leaves_nothing_in_the_temporary_folder(tmp_path, monkeypatch):
+    """The docs build runs each tutorial; its ``tempfile.mkdtemp()`` work folder goes into a scratch folder that
+    is removed afterwards, and ``tempfile`` is left as it was."""
+    import tempfile
+
+    from docsgen import notebook
+
+    system = tmp_path / "system-tmp"
+    system.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(system))
+    script = tmp_path / "t.py"
+    script.write_text("# %%\nimport tempfile\nfrom pathlib import Path\n\nwork = Path(tempfile.mkdtemp(prefix='w-'))\n"
+                      "(work / 'x.txt').write_text('1')\nprint(work.parent.parent == Path(r'SYSTEM'), work.is_dir())\n"
+                      .replace("SYSTEM", str(system)), encoding="utf-8")
+    run = notebook.execute(script)
+    assert run.error is None, run.error
+    assert "True True" in run.markdown  # the work folder was made inside a scratch folder of the system's
+    assert list(system.iterdir()) == []  # and nothing is left there
+    assert tempfile.tempdir == str(system)
