@@ -17,7 +17,10 @@ Compares every result file of the report folder ``OLD`` with the same file in ``
 
 Prints one line per file and exits 1 when anything differs or is missing. ``--all`` (anywhere among the
 arguments) also lists, under each JSON or CSV file that differs, every value that moved (key path or row and
-column, old and new): the list a change of definition reports.
+column, old and new): the list a change of definition reports. ``--tolerance T`` lets numbers (JSON numbers,
+CSV cells that read as numbers, activations) differ by at most ``T`` in absolute value, for a change that is
+allowed to move float rounding only; the last line then also names the largest difference found, within ``T``
+or not.
 """
 
 from __future__ import annotations
@@ -52,12 +55,51 @@ def _find(new: dict[str, Any], key: str) -> Any:
     return _MISSING
 
 
-def _equal(old: Any, new: Any, path: str, roots: tuple[str, str]) -> str | None:
+class Tolerance:
+    """How far two numbers may differ (absolute; 0: bit for bit), and the largest difference seen so far with
+    where it was."""
+
+    def __init__(self, tol: float = 0.0):
+        self.tol = float(tol)
+        self.largest, self.where = 0.0, ""
+        self.file = ""  # the file being compared, named with the largest difference
+
+    def same(self, a: float, b: float, where: str) -> bool:
+        """Are numbers ``a`` and ``b`` equal within the tolerance (NaN equals NaN, not a number)?"""
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        if a == b:
+            return True
+        gap = abs(a - b)
+        if gap > self.largest:
+            self.largest, self.where = gap, f"{self.file}: {where}".lstrip(": ")
+        return gap <= self.tol
+
+
+EXACT = Tolerance()
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _cells_same(a: str, b: str, tol: Tolerance, where: str) -> bool:
+    """Two CSV cells: the same text, or both numbers equal within ``tol``."""
+    if a == b:
+        return True
+    x, y = _number(a), _number(b)
+    return x is not None and y is not None and tol.same(x, y, where)
+
+
+def _equal(old: Any, new: Any, path: str, roots: tuple[str, str], tol: Tolerance = EXACT) -> str | None:
     """``None`` when ``new`` holds ``old`` (added keys aside), else the first key path that differs."""
-    return next(_differences(old, new, path, roots), None)
+    return next(_differences(old, new, path, roots, tol), None)
 
 
-def _differences(old: Any, new: Any, path: str, roots: tuple[str, str]):
+def _differences(old: Any, new: Any, path: str, roots: tuple[str, str], tol: Tolerance = EXACT):
     """Every key path where ``new`` does not hold ``old`` (added keys aside), as ``"path: old became new"``."""
     if isinstance(old, dict):
         if not isinstance(new, dict):
@@ -72,53 +114,51 @@ def _differences(old: Any, new: Any, path: str, roots: tuple[str, str]):
                 continue
             if not isinstance(value, dict) and isinstance(there, dict) and key in there:
                 there = there[key]  # a setting that became a composed config holding it
-            yield from _differences(value, there, f"{path}.{key}", roots)
+            yield from _differences(value, there, f"{path}.{key}", roots, tol)
         return
     if isinstance(old, list):
         if not isinstance(new, list) or len(old) != len(new):
             yield f"{path}: a list of {len(old)} became {len(new) if isinstance(new, list) else type(new).__name__}"
             return
         for i, (a, b) in enumerate(zip(old, new, strict=True)):
-            yield from _differences(a, b, f"{path}[{i}]", roots)
+            yield from _differences(a, b, f"{path}[{i}]", roots, tol)
         return
-    if isinstance(old, float) and isinstance(new, float) and math.isnan(old) and math.isnan(new):
+    numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (old, new))
+    if numbers and tol.same(float(old), float(new), path):
         return
     if isinstance(old, str) and isinstance(new, str):
         old, new = old.replace(roots[0], "<OUT>"), new.replace(roots[1], "<OUT>")
-    if type(old) is not type(new) and not (isinstance(old, (int, float)) and isinstance(new, (int, float))
-                                            and not isinstance(old, bool) and not isinstance(new, bool)):
-        yield f"{path}: {old!r} became {new!r}"
-    elif old != new:
+    if numbers or type(old) is not type(new) or old != new:
         yield f"{path}: {old!r} became {new!r}"
 
 
-def json_differences(old: Path, new: Path, roots: tuple[str, str]) -> list[str]:
+def json_differences(old: Path, new: Path, roots: tuple[str, str], tol: Tolerance = EXACT) -> list[str]:
     """Every differing key path of two JSON result files (``--all``)."""
     a, b = (json.loads(p.read_text(encoding="utf-8")) for p in (old, new))
-    return [] if old.name in BOOKKEEPING else list(_differences(a, b, "$", roots))
+    return [] if old.name in BOOKKEEPING else list(_differences(a, b, "$", roots, tol))
 
 
-def csv_differences(old: Path, new: Path) -> list[str]:
+def csv_differences(old: Path, new: Path, tol: Tolerance = EXACT) -> list[str]:
     """Every differing (row, column) of two CSV result files (``--all``; OLD's columns, rows in order)."""
     (head_a, *rows_a), (head_b, *rows_b) = (list(csv.reader(p.open(encoding="utf-8"))) for p in (old, new))
     if any(h not in head_b for h in head_a) or len(rows_a) != len(rows_b):
         return [compare_csv(old, new) or ""]
     index = [head_b.index(h) for h in head_a]
     return [f"row {r}, column {h}: {x!r} became {rb[i]!r}" for r, (ra, rb) in enumerate(zip(rows_a, rows_b, strict=True))
-            for h, x, i in zip(head_a, ra, index, strict=True) if x != rb[i]]
+            for h, x, i in zip(head_a, ra, index, strict=True) if not _cells_same(x, rb[i], tol, f"row {r}, column {h}")]
 
 
-def compare_json(old: Path, new: Path, roots: tuple[str, str]) -> str | None:
+def compare_json(old: Path, new: Path, roots: tuple[str, str], tol: Tolerance = EXACT) -> str | None:
     a, b = (json.loads(p.read_text(encoding="utf-8")) for p in (old, new))
     if old.name in BOOKKEEPING:
         a = {"status": a.get("status"), "stages": [{"stage": s.get("stage"), "status": s.get("status")}
                                                    for s in a.get("stages", [])]}
         b = {"status": b.get("status"), "stages": [{"stage": s.get("stage"), "status": s.get("status")}
                                                    for s in b.get("stages", [])]}
-    return _equal(a, b, "$", roots)
+    return _equal(a, b, "$", roots, tol)
 
 
-def compare_csv(old: Path, new: Path) -> str | None:
+def compare_csv(old: Path, new: Path, tol: Tolerance = EXACT) -> str | None:
     read = [list(csv.reader(p.open(encoding="utf-8"))) for p in (old, new)]
     (head_a, *rows_a), (head_b, *rows_b) = read
     missing = [h for h in head_a if h not in head_b]
@@ -127,15 +167,15 @@ def compare_csv(old: Path, new: Path) -> str | None:
     if len(rows_a) != len(rows_b):
         return f"{len(rows_a)} rows became {len(rows_b)}"
     index = [head_b.index(h) for h in head_a]
+    found = None
     for r, (ra, rb) in enumerate(zip(rows_a, rows_b, strict=True)):
-        got = [rb[i] for i in index]
-        if ra != got:
-            col = next(h for h, x, y in zip(head_a, ra, got, strict=True) if x != y)
-            return f"row {r}, column {col}: {ra[head_a.index(col)]!r} became {got[head_a.index(col)]!r}"
-    return None
+        for h, x, y in zip(head_a, ra, [rb[i] for i in index], strict=True):
+            if not _cells_same(x, y, tol, f"row {r}, column {h}") and found is None:
+                found = f"row {r}, column {h}: {x!r} became {y!r}"  # every cell is still seen by ``tol``
+    return found
 
 
-def compare_capture(old: Path, new: Path) -> str | None:
+def compare_capture(old: Path, new: Path, tol: Tolerance = EXACT) -> str | None:
     import numpy as np
 
     from countlens.core.store import load_capture
@@ -148,9 +188,17 @@ def compare_capture(old: Path, new: Path) -> str | None:
             return f"column {name} missing"
         x = np.asarray(a.with_format("numpy", columns=[name])[name])
         y = np.asarray(b.with_format("numpy", columns=[name])[name])
-        if x.shape != y.shape or not (np.array_equal(x, y) if x.dtype.kind not in "fc" else
-                                      np.array_equal(x, y, equal_nan=True)):
+        if x.shape != y.shape:
             return f"column {name} differs"
+        if x.dtype.kind not in "fc":
+            if not np.array_equal(x, y):
+                return f"column {name} differs"
+            continue
+        gap = np.abs(x.astype(np.float64) - y.astype(np.float64))
+        gap[(x == y) | (np.isnan(x) & np.isnan(y))] = 0.0  # equal infinities, NaN beside NaN
+        worst = float(np.nanmax(gap, initial=0.0)) if not np.isnan(gap).any() else math.inf
+        if worst > 0 and not tol.same(0.0, worst, f"column {name}"):
+            return f"column {name} differs (by up to {worst:.3g})"
     return None
 
 
@@ -164,36 +212,51 @@ def result_files(root: Path) -> list[Path]:
     return out
 
 
-def compare(old_root: Path, new_root: Path) -> list[tuple[str, str]]:
-    """(relative path, verdict) for every result file of ``old_root``."""
+def compare(old_root: Path, new_root: Path, tol: Tolerance = EXACT) -> list[tuple[str, str]]:
+    """(relative path, verdict) for every result file of ``old_root``; numbers equal within ``tol``."""
     roots = (str(old_root.resolve()), str(new_root.resolve()))
     verdicts = []
     for old in result_files(old_root):
         rel = old.relative_to(old_root)
         new = new_root / rel
+        tol.file = str(rel)
         if not new.exists():
             verdicts.append((str(rel), "MISSING"))
             continue
         if old.name == "meta.json" and (old.parent / "shards").is_dir():
-            found = compare_json(old, new, roots) or compare_capture(old.parent, new.parent)
+            found = compare_json(old, new, roots, tol) or compare_capture(old.parent, new.parent, tol)
         elif old.suffix == ".json":
-            found = compare_json(old, new, roots)
+            found = compare_json(old, new, roots, tol)
         elif old.suffix == ".csv":
-            found = compare_csv(old, new)
+            found = compare_csv(old, new, tol)
         else:
             found = None  # figures, the page, logs: present is all we ask
         verdicts.append((str(rel), "same" if found is None else f"DIFFERS at {found}"))
     return verdicts
 
 
-def main(argv: list[str]) -> int:
+def _options(argv: list[str]) -> tuple[bool, Tolerance, list[str]] | None:
+    """(``--all``, the tolerance, the two folders) from the command line, or ``None`` when it is wrong."""
     every = "--all" in argv
     argv = [a for a in argv if a != "--all"]
-    if len(argv) != 2:
-        print(__doc__.splitlines()[0], file=sys.stderr)
+    tol = Tolerance()
+    if "--tolerance" in argv:
+        at = argv.index("--tolerance")
+        value = _number(argv[at + 1]) if at + 1 < len(argv) else None
+        if value is None or not value >= 0:
+            return None
+        tol, argv = Tolerance(value), argv[:at] + argv[at + 2:]
+    return (every, tol, argv) if len(argv) == 2 else None
+
+
+def main(argv: list[str]) -> int:
+    options = _options(argv)
+    if options is None:
+        print(__doc__.splitlines()[0] + "  [--all] [--tolerance T]", file=sys.stderr)
         return 2
+    every, tol, argv = options
     old, new = (Path(a) for a in argv)
-    verdicts = compare(old, new)
+    verdicts = compare(old, new, tol)
     width = max(len(r) for r, _ in verdicts) if verdicts else 0
     roots = (str(old.resolve()), str(new.resolve()))
     for rel, verdict in verdicts:
@@ -201,10 +264,13 @@ def main(argv: list[str]) -> int:
         if every and verdict.startswith("DIFFERS") and rel.endswith((".json", ".csv")):
             diff = (json_differences if rel.endswith(".json") else csv_differences)
             args = (old / rel, new / rel, roots) if rel.endswith(".json") else (old / rel, new / rel)
-            for line in diff(*args):
+            for line in diff(*args, tol):
                 print(f"    {line}")
     bad = [r for r, v in verdicts if v != "same"]
-    print(f"{len(verdicts) - len(bad)} of {len(verdicts)} files the same" + (f"; {len(bad)} not" if bad else ""))
+    within = f" within {tol.tol:g}" if tol.tol else ""
+    print(f"{len(verdicts) - len(bad)} of {len(verdicts)} files the same{within}" + (f"; {len(bad)} not" if bad else ""))
+    if tol.tol:
+        print(f"largest numeric difference: {tol.largest:.3g}" + (f" ({tol.where})" if tol.where else ""))
     return 1 if bad else 0
 
 
