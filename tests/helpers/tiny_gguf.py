@@ -59,6 +59,25 @@ def byte_level_vocab(extra_tokens: int = 0, seed: int = 0) -> tuple[list[str], l
     return tokens + list(SPECIALS), merges
 
 
+def _add_tokenizer(writer, tokens: list[str], merges: list[str], chat_template: str | None) -> None:
+    """The GGUF tokenizer keys: a byte-level BPE vocabulary, ChatML's specials, the chat template if any."""
+    import gguf
+
+    writer.add_vocab_size(len(tokens))
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("gpt2")
+    writer.add_token_list(tokens)
+    writer.add_token_types([gguf.TokenType.CONTROL if t in SPECIALS else gguf.TokenType.NORMAL for t in tokens])
+    writer.add_token_merges(merges)
+    writer.add_bos_token_id(tokens.index("<|im_start|>"))
+    writer.add_eos_token_id(tokens.index("<|im_end|>"))
+    writer.add_pad_token_id(tokens.index("<|im_end|>"))
+    writer.add_unk_token_id(tokens.index("<|endoftext|>"))
+    writer.add_add_bos_token(False)
+    if chat_template is not None:
+        writer.add_chat_template(chat_template)
+
+
 def write_tiny_gguf(path: str | Path, chat_template: str | None = CHATML, extra_tokens: int = 0, seed: int = 0,
                     n_blocks: int = 2, d: int = 64, context: int = 512) -> Path:
     """Write a tiny random Llama GGUF model to ``path`` (see the module docstring); returns ``path``."""
@@ -79,19 +98,7 @@ def write_tiny_gguf(path: str | Path, chat_template: str | None = CHATML, extra_
     writer.add_rope_dimension_count(d // n_heads)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_rope_freq_base(10000.0)
-    writer.add_vocab_size(n_vocab)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("gpt2")
-    writer.add_token_list(tokens)
-    writer.add_token_types([gguf.TokenType.CONTROL if t in SPECIALS else gguf.TokenType.NORMAL for t in tokens])
-    writer.add_token_merges(merges)
-    writer.add_bos_token_id(tokens.index("<|im_start|>"))
-    writer.add_eos_token_id(tokens.index("<|im_end|>"))
-    writer.add_pad_token_id(tokens.index("<|im_end|>"))
-    writer.add_unk_token_id(tokens.index("<|endoftext|>"))
-    writer.add_add_bos_token(False)
-    if chat_template is not None:
-        writer.add_chat_template(chat_template)
+    _add_tokenizer(writer, tokens, merges, chat_template)
     rng = np.random.default_rng(seed)
 
     def matrix(name: str, rows: int, cols: int) -> None:

@@ -1,6 +1,6 @@
-"""The code as a maintainer reads it: no function over 60 lines and no module over 600 lines outside
-``bench/`` and ``tests/`` (the house rule; a function is counted from its ``def`` to its last line, its
-docstring included)."""
+"""The code as a maintainer reads it: no function over 60 lines outside ``bench/``, and no module over 600
+lines outside ``bench/`` and ``tests/`` (the house rule; a function is counted from its ``def`` to its last
+line, its docstring included)."""
 
 import ast
 from pathlib import Path
@@ -10,9 +10,9 @@ SKIP = {"bench", "tests", "build", "site", "dist", ".venv", "report", "out"}
 MAX_FUNCTION, MAX_MODULE = 60, 600
 
 
-def _sources() -> list[Path]:
+def _sources(skip: set[str] = SKIP) -> list[Path]:
     return [p for p in sorted(ROOT.rglob("*.py"))
-            if not ({part for part in p.relative_to(ROOT).parts} & SKIP) and ".git" not in p.parts]
+            if not ({part for part in p.relative_to(ROOT).parts} & skip) and ".git" not in p.parts]
 
 
 def test_the_walk_sees_the_rooms_and_the_core():
@@ -21,8 +21,9 @@ def test_the_walk_sees_the_rooms_and_the_core():
 
 
 def test_no_function_over_60_lines():
+    """Tests and their helpers included: only ``bench/`` is exempt (issue 42)."""
     long = []
-    for path in _sources():
+    for path in _sources(skip=SKIP - {"tests"}):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 lines = node.end_lineno - node.lineno + 1

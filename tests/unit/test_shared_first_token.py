@@ -83,6 +83,32 @@ def direct(model, ids) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
     return out.logits[0, -1].double().numpy(), seen["raw"].double().numpy(), hidden
 
 
+def assert_read_by_hand(model, rows: list[dict], ld: float, ids: list[int], a: int, b: int) -> None:
+    """One read-out's attribution ``rows`` and its logit difference ``ld`` (token ``a`` minus ``b`` after
+    ``ids``) against a forward with no countlens hook: the total, and each location's write read through the
+    final norm frozen at the real residual, by hand."""
+    logits, raw, hidden = direct(model, ids)
+    want = logits[a] - logits[b]
+    assert rows[0]["total"] == pytest.approx(want, abs=1e-4)
+    assert ld == pytest.approx(want, abs=1e-4)
+    assert sum(r["contribution"] for r in rows if r["kind"] != "head") == pytest.approx(want, abs=1e-4)
+    w_u = model.get_output_embeddings().weight.detach().double().numpy()
+    gain = model.model.norm.weight.detach().double().numpy()
+    k = 1.0 / np.sqrt(np.mean(raw ** 2) + model.model.norm.variance_epsilon)
+    read = (w_u[a] - w_u[b]) * gain * k
+    got = {r["layer"]: 0.0 for r in rows}
+    for r in rows:
+        if r["kind"] in ("attn", "mlp"):
+            got[r["layer"]] += r["contribution"]
+    embed = next(r["contribution"] for r in rows if r["kind"] == "embed")
+    assert embed == pytest.approx(float(read @ hidden[0]), abs=1e-4)
+    for block in range(model.config.num_hidden_layers):
+        assert got[block] == pytest.approx(float(read @ (hidden[block + 1] - hidden[block])), abs=1e-4)
+    heads = sum(r["contribution"] for r in rows if r["kind"] == "head")
+    attn = sum(r["contribution"] for r in rows if r["kind"] == "attn")
+    assert heads == pytest.approx(attn, abs=1e-4)  # no projection bias in a Llama
+
+
 def test_the_attribution_reads_where_the_answers_first_differ(answers_ten):
     loaded = load_model(str(answers_ten), progress=False)
     model, tok = loaded.model, loaded.tokenizer
@@ -97,9 +123,6 @@ def test_the_attribution_reads_where_the_answers_first_differ(answers_ten):
     by = {}
     for r in result.rows:
         by.setdefault((r["prompt_id"], r["target"]), []).append(r)
-    w_u = model.get_output_embeddings().weight.detach().double().numpy()
-    gain = model.model.norm.weight.detach().double().numpy()
-    eps = model.model.norm.variance_epsilon
     checked = 0
     for i, p in enumerate(prompts):
         rec = result.prompts[i]
@@ -117,27 +140,8 @@ def test_the_attribution_reads_where_the_answers_first_differ(answers_ten):
         else:
             reads.append(("answer", (want_answer[0], correct[want_answer[0]], want_answer[1])))
         for target, (j, a, b) in reads:
-            logits, raw, hidden = direct(model, p.ids + correct[:j])  # the shared prefix teacher-forced
-            want = logits[a] - logits[b]
-            rows = by[(i, target)]
-            assert rows[0]["total"] == pytest.approx(want, abs=1e-4), (p.n, target)
-            assert rec[f"ld_{target}"] == pytest.approx(want, abs=1e-4)
-            total = sum(r["contribution"] for r in rows if r["kind"] != "head")
-            assert total == pytest.approx(want, abs=1e-4), (p.n, target)
-            # each location's write read through the final norm frozen at the real residual, by hand
-            k = 1.0 / np.sqrt(np.mean(raw ** 2) + eps)
-            read = (w_u[a] - w_u[b]) * gain * k
-            got = {r["layer"]: 0.0 for r in rows}
-            for r in rows:
-                if r["kind"] in ("attn", "mlp"):
-                    got[r["layer"]] += r["contribution"]
-            embed = next(r["contribution"] for r in rows if r["kind"] == "embed")
-            assert embed == pytest.approx(float(read @ hidden[0]), abs=1e-4)
-            for b_ in range(model.config.num_hidden_layers):
-                assert got[b_] == pytest.approx(float(read @ (hidden[b_ + 1] - hidden[b_])), abs=1e-4)
-            heads = sum(r["contribution"] for r in rows if r["kind"] == "head")
-            attn = sum(r["contribution"] for r in rows if r["kind"] == "attn")
-            assert heads == pytest.approx(attn, abs=1e-4)  # no projection bias in a Llama
+            # the shared prefix teacher-forced
+            assert_read_by_hand(model, by[(i, target)], rec[f"ld_{target}"], p.ids + correct[:j], a, b)
             checked += 1
     # the issue's case: correct " 11", the model's " 10": read at the second digit, not zero, components included
     eleven = next(i for i, p in enumerate(prompts) if p.n == 11)
