@@ -5,7 +5,14 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from countlens.core.args import HelpFormatter, add_common_options, add_config_options, config_values, threaded
+from countlens.core.args import (
+    NOTHING_TO_HIDE,
+    HelpFormatter,
+    add_common_options,
+    add_config_options,
+    config_values,
+    threaded,
+)
 from countlens.core.fields import field_doc
 
 
@@ -31,7 +38,7 @@ def register(subparsers) -> None:
                     "centroids at four locations (Figure 6).")
     add_config_options(p, GeometryConfig, helps={"pca_counts": _within(PCA_COUNTS, field_doc(GeometryConfig, "pca_counts"))})
     p.add_argument("--out", required=True, help="output folder (required)")
-    add_common_options(p, "threads", threads=None)
+    add_common_options(p, "threads", "quiet", threads=None, helps={"quiet": NOTHING_TO_HIDE})
     p.set_defaults(func=cmd_geometry)
 
     p = subparsers.add_parser(
@@ -48,7 +55,7 @@ def register(subparsers) -> None:
                               "arc_counts": _within(ARC_COUNTS, field_doc(CompareConfig, "arc_counts"),
                                                     "every source holds")})
     p.add_argument("--out", required=True, help="output folder (required)")
-    add_common_options(p, "threads", threads=None)
+    add_common_options(p, "threads", "quiet", threads=None, helps={"quiet": NOTHING_TO_HIDE})
     p.set_defaults(func=cmd_compare)
 
 

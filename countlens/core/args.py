@@ -145,15 +145,22 @@ COMMON_OPTIONS: dict[str, dict] = {
 }
 
 
+# What ``--quiet`` says on a command with nothing to hide (geometry, compare, diagnose): taken, as on the commands
+# beside it, and said to do nothing.
+NOTHING_TO_HIDE = "no effect here: this command shows no progress bars and loads no model (default: off)"
+
+
 def add_common_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *names: str,
-                       **defaults) -> None:
+                       helps: dict[str, str] | None = None, **defaults) -> None:
     """Add the shared options ``names`` (keys of :data:`COMMON_OPTIONS`; each option's ``dest`` is its name)
-    to ``parser``; ``defaults`` replaces an option's default for this command."""
+    to ``parser``; ``defaults`` replaces an option's default for this command, ``helps`` its help text."""
     for name in names:
         spec = dict(COMMON_OPTIONS[name])
         flag, rule = spec.pop("flag"), spec.pop("rule", None)
         if name in defaults:
             spec["default"] = defaults[name]
+        if name in (helps or {}):
+            spec["help"] = helps[name]
         if name == "threads" and spec.get("default") is None:
             spec["help"] += " (default: torch's own count, one per core)"
         parser.add_argument(flag, dest=name, **spec).rule = rule  # what a value must be (the tests' bad values)
@@ -397,6 +404,6 @@ def cli_message(exc: UsageError, parser: argparse.ArgumentParser | None) -> str:
 
 
 __all__ = ["OneLineParser", "HelpFormatter", "parse_float_list", "INT_LIST", "parse_int_list", "ints_text",
-           "parse_window", "positive_int", "COMMON_OPTIONS", "add_common_options", "names_list", "numbers_text",
+           "parse_window", "positive_int", "COMMON_OPTIONS", "NOTHING_TO_HIDE", "add_common_options", "names_list", "numbers_text",
            "Option", "derived", "add_config_options", "config_values", "threaded", "also_sets", "flag_for", "cli_message"]
 

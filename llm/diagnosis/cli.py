@@ -3,7 +3,14 @@ save, draw."""
 
 from __future__ import annotations
 
-from countlens.core.args import HelpFormatter, Option, add_common_options, add_config_options, config_values
+from countlens.core.args import (
+    NOTHING_TO_HIDE,
+    HelpFormatter,
+    Option,
+    add_common_options,
+    add_config_options,
+    config_values,
+)
 
 DIAGNOSE_DESCRIPTION = """\
 Where the answer goes wrong: reads a lens result (countlens llm lens) and a components result (countlens llm
@@ -25,7 +32,7 @@ def register(sub) -> None:
     add_config_options(di, DiagnosisConfig, options={"lens": Option("lens", required=True),
                                                     "components": Option("components", required=True)})
     di.add_argument("--out", required=True, help="output folder")
-    add_common_options(di, "quiet")
+    add_common_options(di, "quiet", helps={"quiet": NOTHING_TO_HIDE})
     di.set_defaults(func=cmd_diagnose)
 
 

@@ -278,15 +278,18 @@ def test_the_flag_check_can_fail(capsys):
 def test_shared_options_are_declared_once_the_same_on_every_command():
     """Regression: ``probe --quiet`` was refused while capture, lens and the others took it, and each command
     worded --quiet and --threads its own way."""
-    from countlens.core.args import COMMON_OPTIONS
+    from countlens.core.args import COMMON_OPTIONS, NOTHING_TO_HIDE
 
     seen: dict[str, dict[str, tuple]] = {}
     for command, parser in COMMANDS.items():
         for action in parser._actions:
-            if action.dest in (*COMMON_OPTIONS, "device"):
+            if action.dest in (*COMMON_OPTIONS, "device") and action.help != NOTHING_TO_HIDE:
                 default = None if action.default in (None, argparse.SUPPRESS) else action.default
                 seen.setdefault(action.dest, {})[command] = (tuple(action.option_strings), action.help.split(
                     " (default")[0], action.type, default)
+            elif action.dest == "quiet":  # taken where it has nothing to hide, and said to do nothing
+                seen.setdefault("quiet: nothing to hide", {})[command] = (tuple(action.option_strings),
+                                                                          action.help, action.type, False)
     for name, by_command in seen.items():
         flags = {v[0] for v in by_command.values()}
         helps = {v[1] for v in by_command.values()}
@@ -299,6 +302,8 @@ def test_shared_options_are_declared_once_the_same_on_every_command():
                 "toy figure4"}
     progress |= {"reproduce", "study"}  # `reproduce --quiet` was refused
     assert progress <= set(seen["quiet"]), progress - set(seen["quiet"])
+    # `geometry --quiet` was refused: taken beside the commands that show progress, its help saying it does nothing
+    assert set(seen["quiet: nothing to hide"]) == {"geometry", "compare", "llm diagnose"}
     assert {"llm lens", "toy train", "toy table2", "toy table3", "toy figure2", "llm capture", "llm components",
             "llm patch", "llm heads"} <= set(seen["threads"])  # `llm capture --threads 1` was refused
     # and every other command that computes on the CPU (probe and probe sweep set their BLAS threads with
