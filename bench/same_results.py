@@ -65,12 +65,14 @@ class Tolerance:
         self.file = ""  # the file being compared, named with the largest difference
 
     def same(self, a: float, b: float, where: str) -> bool:
-        """Are numbers ``a`` and ``b`` equal within the tolerance (NaN equals NaN, not a number)?"""
-        if math.isnan(a) or math.isnan(b):
-            return math.isnan(a) and math.isnan(b)
+        """Are numbers ``a`` and ``b`` equal within the tolerance (NaN equals NaN, not a number; integers are
+        subtracted exactly)?"""
+        nan_a, nan_b = (isinstance(x, float) and math.isnan(x) for x in (a, b))
+        if nan_a or nan_b:
+            return nan_a and nan_b
         if a == b:
             return True
-        gap = abs(a - b)
+        gap = float(abs(a - b))
         if gap > self.largest:
             self.largest, self.where = gap, f"{self.file}: {where}".lstrip(": ")
         return gap <= self.tol
@@ -124,7 +126,7 @@ def _differences(old: Any, new: Any, path: str, roots: tuple[str, str], tol: Tol
             yield from _differences(a, b, f"{path}[{i}]", roots, tol)
         return
     numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (old, new))
-    if numbers and tol.same(float(old), float(new), path):
+    if numbers and tol.same(old, new, path):
         return
     if isinstance(old, str) and isinstance(new, str):
         old, new = old.replace(roots[0], "<OUT>"), new.replace(roots[1], "<OUT>")

@@ -49,3 +49,10 @@ def test_a_text_or_a_missing_key_is_never_within_a_tolerance(tmp_path):
     (new / "stage" / "r.json").write_text(json.dumps({"rows": [{"x": 1.0, "name": "a"}]}), encoding="utf-8")
     assert same_results.main(["--tolerance", "1", str(old), str(new)]) == 1
     assert same_results.main(["--tolerance", "-1", str(old), str(old)]) == 2
+
+
+def test_large_integers_are_compared_exactly():
+    tol = same_results.Tolerance()
+    assert not tol.same(2**60, 2**60 + 1, "$.n")  # equal as floats, not as integers
+    assert tol.same(float("nan"), float("nan"), "$.x") and not tol.same(float("nan"), 1.0, "$.x")
+    assert same_results.Tolerance(1).same(2**60, 2**60 + 1, "$.n")
