@@ -20,21 +20,16 @@ import os
 import tempfile
 from pathlib import Path
 
+from same_results import number  # bench/ is on sys.path when run as a script
+
 # identifiers, counts and ranks: integers, the same in every run
 NOT_VALUES = {"location_index", "seed", "n_source", "n_target", "rank_target", "rank_patched"}
 
 
 def numeric_columns(rows: list[dict[str, str]]) -> list[str]:
     """The columns of a ``patching.csv`` whose every cell is a number (empty cells aside) and that hold values."""
-    def number(text: str) -> bool:
-        try:
-            float(text)
-        except ValueError:
-            return False
-        return True
-
     return [c for c in rows[0] if c not in NOT_VALUES and any(r[c] for r in rows)
-            and all(number(r[c]) for r in rows if r[c])]
+            and all(number(r[c]) is not None for r in rows if r[c])]
 
 
 def largest_gaps(rows: list[dict[str, str]], reference: list[dict[str, str]]) -> dict[str, float]:

@@ -81,7 +81,8 @@ class Tolerance:
 EXACT = Tolerance()
 
 
-def _number(text: str) -> float | None:
+def number(text: str) -> float | None:
+    """``text`` as a number, or ``None`` when it is not one."""
     try:
         return float(text)
     except ValueError:
@@ -92,7 +93,7 @@ def _cells_same(a: str, b: str, tol: Tolerance, where: str) -> bool:
     """Two CSV cells: the same text, or both numbers equal within ``tol``."""
     if a == b:
         return True
-    x, y = _number(a), _number(b)
+    x, y = number(a), number(b)
     return x is not None and y is not None and tol.same(x, y, where)
 
 
@@ -244,7 +245,7 @@ def _options(argv: list[str]) -> tuple[bool, Tolerance, list[str]] | None:
     tol = Tolerance()
     if "--tolerance" in argv:
         at = argv.index("--tolerance")
-        value = _number(argv[at + 1]) if at + 1 < len(argv) else None
+        value = number(argv[at + 1]) if at + 1 < len(argv) else None
         if value is None or not value >= 0:
             return None
         tol, argv = Tolerance(value), argv[:at] + argv[at + 2:]
