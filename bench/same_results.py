@@ -147,8 +147,10 @@ def csv_differences(old: Path, new: Path, tol: Tolerance = EXACT) -> list[str]:
     if any(h not in head_b for h in head_a) or len(rows_a) != len(rows_b):
         return [compare_csv(old, new) or ""]
     index = [head_b.index(h) for h in head_a]
-    return [f"row {r}, column {h}: {x!r} became {rb[i]!r}" for r, (ra, rb) in enumerate(zip(rows_a, rows_b, strict=True))
-            for h, x, i in zip(head_a, ra, index, strict=True) if not _cells_same(x, rb[i], tol, f"row {r}, column {h}")]
+    return [f"row {r}, column {h}: {x!r} became {rb[i]!r}"
+            for r, (ra, rb) in enumerate(zip(rows_a, rows_b, strict=True))
+            for h, x, i in zip(head_a, ra, index, strict=True)
+            if not _cells_same(x, rb[i], tol, f"row {r}, column {h}")]
 
 
 def compare_json(old: Path, new: Path, roots: tuple[str, str], tol: Tolerance = EXACT) -> str | None:
@@ -271,7 +273,8 @@ def main(argv: list[str]) -> int:
                 print(f"    {line}")
     bad = [r for r, v in verdicts if v != "same"]
     within = f" within {tol.tol:g}" if tol.tol else ""
-    print(f"{len(verdicts) - len(bad)} of {len(verdicts)} files the same{within}" + (f"; {len(bad)} not" if bad else ""))
+    same = len(verdicts) - len(bad)
+    print(f"{same} of {len(verdicts)} files the same{within}" + (f"; {len(bad)} not" if bad else ""))
     if tol.tol:
         print(f"largest numeric difference: {tol.largest:.3g}" + (f" ({tol.where})" if tol.where else ""))
     return 1 if bad else 0

@@ -404,6 +404,7 @@ def cli_message(exc: UsageError, parser: argparse.ArgumentParser | None) -> str:
 
 
 __all__ = ["OneLineParser", "HelpFormatter", "parse_float_list", "INT_LIST", "parse_int_list", "ints_text",
-           "parse_window", "positive_int", "COMMON_OPTIONS", "NOTHING_TO_HIDE", "add_common_options", "names_list", "numbers_text",
-           "Option", "derived", "add_config_options", "config_values", "threaded", "also_sets", "flag_for", "cli_message"]
+           "parse_window", "positive_int", "COMMON_OPTIONS", "NOTHING_TO_HIDE", "add_common_options", "names_list",
+           "numbers_text", "Option", "derived", "add_config_options", "config_values", "threaded", "also_sets",
+           "flag_for", "cli_message"]
 
