@@ -43,7 +43,7 @@ def largest_gaps(rows: list[dict[str, str]], reference: list[dict[str, str]]) ->
 def label(name: str) -> str:
     """A column's heading: ``this code, float32``, or the folder an ``--against`` file's stage is in."""
     path = Path(name)
-    return name if len(path.parts) < 3 else f"{path.parts[-3]}"[-28:]
+    return name if len(path.parts) < 3 else path.parts[-3][-28:]
 
 
 def read(path: Path) -> list[dict[str, str]]:

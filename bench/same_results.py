@@ -201,7 +201,7 @@ def compare_capture(old: Path, new: Path, tol: Tolerance = EXACT) -> str | None:
             continue
         gap = np.abs(x.astype(np.float64) - y.astype(np.float64))
         gap[(x == y) | (np.isnan(x) & np.isnan(y))] = 0.0  # equal infinities, NaN beside NaN
-        worst = float(np.nanmax(gap, initial=0.0)) if not np.isnan(gap).any() else math.inf
+        worst = math.inf if np.isnan(gap).any() else float(gap.max(initial=0.0))
         if worst > 0 and not tol.same(0.0, worst, f"column {name}"):
             return f"column {name} differs (by up to {worst:.3g})"
     return None
