@@ -46,10 +46,10 @@ def run_single(root: Path, args) -> dict:
 def run_ray(root: Path, args, workers: int) -> dict:
     import ray
 
-    from countlens.llm.capture.distributed import run_capture_on_ray
+    from countlens.llm.capture.distributed import parse_target, run_capture_on_ray
 
     started = time.perf_counter()
-    ray.init(num_cpus=workers, include_dashboard=False, logging_level="ERROR")
+    ray.init(logging_level="ERROR", **parse_target(f"local:{workers}"))  # the cluster a --ray local:N run starts
     up = time.perf_counter()
     try:
         run = run_capture_on_ray(config(args), root / f"ray{workers}", f"local:{workers}", progress=False)

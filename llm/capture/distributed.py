@@ -55,13 +55,18 @@ def import_ray():
 
 def parse_target(target: str) -> dict[str, Any]:
     """``ray.init`` arguments for a target: ``local:N``, ``auto`` or a cluster address; a bad one is a
-    ``ConfigError("ray")`` (the setting that names the target)."""
+    ``ConfigError("ray")`` (the setting that names the target).
+
+    A ``local:N`` cluster's workers run at this process's own niceness. Ray's default (15) would put them
+    below every normal-priority process: on busy cores they got a few percent of a core, so a capture that
+    takes a minute alone took over ten, and ``local:N`` was far slower than the same capture without Ray.
+    """
     target = str(target).strip()
     if target.startswith("local:"):
         n = target[len("local:"):]
         if not n.isdigit() or int(n) < 1:
             raise ConfigError("ray", "{ray} local:N takes a number of CPU slots N >= 1, got " + literal(repr(target)))
-        return {"num_cpus": int(n), "include_dashboard": False}
+        return {"num_cpus": int(n), "include_dashboard": False, "_system_config": {"worker_niceness": os.nice(0)}}
     if not target:
         raise ConfigError("ray", "{ray} must be auto, local:N or a cluster address")
     return {"address": target}
@@ -185,13 +190,18 @@ def _unwrap(exc: BaseException) -> UsageError:
                       "same command to resume")
 
 
-def start_actors(ray, n: int, resources: dict[str, float], config: CaptureConfig) -> tuple[list, list[dict]]:
-    """``n`` :class:`CaptureActor` s of ``config`` (restarted, their shard retried, when a worker dies) and
-    what each :meth:`~CaptureActor.describe` s."""
+def create_actors(ray, n: int, resources: dict[str, float], config: CaptureConfig) -> list:
+    """``n`` :class:`CaptureActor` s of ``config`` (restarted, their shard retried, when a worker dies); they
+    load the model in the background: :func:`describe_actors` waits for them."""
     remote = ray.remote(CaptureActor).options(max_restarts=RETRIES, max_task_retries=RETRIES, **resources)
-    actors = [remote.remote(config.to_dict()) for _ in range(n)]
+    return [remote.remote(config.to_dict()) for _ in range(n)]
+
+
+def describe_actors(ray, actors: list) -> list[dict]:
+    """What each actor :meth:`~CaptureActor.describe` s once its model has loaded; a model that cannot load
+    is one line, as without Ray (the actors are killed)."""
     try:
-        return actors, ray.get([a.describe.remote() for a in actors])
+        return ray.get([a.describe.remote() for a in actors])
     except Exception as exc:  # noqa: BLE001 - a model that cannot load is one line, as without Ray
         for actor in actors:
             ray.kill(actor)
@@ -275,7 +285,9 @@ class RayShards:
         """Start the actors (each loads the model); the capture's ``meta.json`` from the model they loaded."""
         slots, resources, device = actor_resources(self.ray, plan.config.model.device)
         config = plan.config.with_options(device=device)
-        self.actors, self.described = start_actors(self.ray, min(slots, n_shards), resources, config)
+        # the handles are kept before the models load, so that the session's end kills actors still loading
+        self.actors = create_actors(self.ray, min(slots, n_shards), resources, config)
+        self.described = describe_actors(self.ray, self.actors)
         meta = plan.meta(self.described[0]["facts"])
         meta["provenance"]["config"]["ray"] = {"target": self.target, "workers": len(self.actors)}
         return meta
@@ -291,5 +303,5 @@ class RayShards:
 
 
 __all__ = ["RAY_INSTALL", "RETRIES", "import_ray", "parse_target", "ray_cluster", "check_shared_storage",
-           "CaptureActor", "RayCaptureResult", "RayShards", "actor_resources", "start_actors", "schedule_shards",
-           "run_capture_on_ray"]
+           "CaptureActor", "RayCaptureResult", "RayShards", "actor_resources", "create_actors", "describe_actors",
+           "schedule_shards", "run_capture_on_ray"]

@@ -19,7 +19,12 @@ from tests.helpers.llm_fixtures import smollm2_tokenizer, tiny_models  # noqa: F
 ray = pytest.importorskip("ray")
 
 from countlens.llm import CaptureConfig, run_capture  # noqa: E402
-from countlens.llm.capture.distributed import RayCaptureResult, RayShards, run_capture_on_ray  # noqa: E402
+from countlens.llm.capture.distributed import (  # noqa: E402
+    RayCaptureResult,
+    RayShards,
+    parse_target,
+    run_capture_on_ray,
+)
 
 SMALL = ["--L", "12", "--counts", "0:12", "--pairs", "a/b", "--configs", "count", "--seeds", "0,1", "--quiet"]
 
@@ -32,8 +37,9 @@ def config(model, **extra) -> CaptureConfig:
 
 @pytest.fixture(scope="module")
 def local_cluster():
-    """A private two-slot Ray cluster on this machine, shared by the tests of this module."""
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    """A private two-slot Ray cluster on this machine, shared by the tests of this module: the one a
+    ``--ray local:2`` run starts (its workers at this process's niceness)."""
+    ray.init(logging_level="ERROR", **parse_target("local:2"))
     yield ray
     ray.shutdown()
 
@@ -95,22 +101,14 @@ def test_sigkilled_worker_is_retried_and_every_row_is_there_once(tiny_models, tm
         except BaseException as exc:  # noqa: BLE001 - reported by the main thread
             result["error"] = exc
 
-    thread = threading.Thread(target=run)
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    # the victim is one of this run's own actors, as the run started them: no other process is looked at (an
-    # earlier test's actor can still be exiting on loaded cores)
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and thread.is_alive():
-        finished = list((out / SHARDS).glob("[0-9]*")) if (out / SHARDS).exists() else []
-        if len(finished) >= 3 and shards.described:
-            break
-        time.sleep(0.01)
-    assert thread.is_alive(), result
-    n_before = len(list((out / SHARDS).glob("[0-9]*")))
-    victim = shards.described[0]["pid"]
-    os.kill(victim, signal.SIGKILL)
-    thread.join(timeout=600)
-    assert not thread.is_alive(), "the run did not end within 10 minutes of the kill"
+    try:
+        victim, n_before = kill_an_actor_mid_run(shards, out, thread, result)
+        thread.join(timeout=600)
+        assert not thread.is_alive(), "the run did not end within 10 minutes of the kill"
+    finally:
+        stop_run(shards, thread)  # a failed check must not leave this run holding the cluster's slots
     assert "error" not in result, result.get("error")
     run = result["run"]
     assert n_before < 26, "the kill came after the last shard"
@@ -122,6 +120,34 @@ def test_sigkilled_worker_is_retried_and_every_row_is_there_once(tiny_models, tm
     names = sorted(p.name for p in (out / SHARDS).iterdir())
     assert names == [f"{i:05d}" for i in range(26)]  # no temporary folder of the killed write is left
     assert read_meta(out)["complete"]
+
+
+def kill_an_actor_mid_run(shards: RayShards, out, thread, result: dict) -> tuple[int, int]:
+    """SIGKILL one of the run's own actors, as the run started them, once 3 shards are written (no other
+    process is looked at: an earlier test's actor can still be exiting). Checks first that the actors run
+    at this process's niceness. Returns (the victim's pid, the shards written before the kill)."""
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and thread.is_alive():
+        finished = list((out / SHARDS).glob("[0-9]*")) if (out / SHARDS).exists() else []
+        if len(finished) >= 3 and shards.described:
+            break
+        time.sleep(0.01)
+    assert thread.is_alive(), result
+    assert shards.described, "the run's actors did not load the model within 10 minutes"
+    for actor in shards.described:
+        assert os.getpriority(os.PRIO_PROCESS, actor["pid"]) == os.getpriority(os.PRIO_PROCESS, 0)
+    n_before = len(list((out / SHARDS).glob("[0-9]*")))
+    victim = shards.described[0]["pid"]
+    os.kill(victim, signal.SIGKILL)
+    return victim, n_before
+
+
+def stop_run(shards: RayShards, thread) -> None:
+    """End a run that is still going (its actors killed, so its waits fail) and wait for its thread."""
+    if thread.is_alive():
+        for actor in shards.actors:
+            ray.kill(actor)
+        thread.join(timeout=120)
 
 
 def test_resumed_run_schedules_only_missing_shards(tiny_models, tmp_path, local_cluster):  # noqa: F811
