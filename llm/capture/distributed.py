@@ -57,9 +57,9 @@ def parse_target(target: str) -> dict[str, Any]:
     """``ray.init`` arguments for a target: ``local:N``, ``auto`` or a cluster address; a bad one is a
     ``ConfigError("ray")`` (the setting that names the target).
 
-    A ``local:N`` cluster's workers run at this process's own niceness. Ray's default (15) would put them
-    below every normal-priority process: on busy cores they got a few percent of a core, so a capture that
-    takes a minute alone took over ten, and ``local:N`` was far slower than the same capture without Ray.
+    A ``local:N`` cluster's workers run at this process's own niceness. Ray's default (15) puts them below
+    every normal-priority process: beside three busy programs on 2 cores they got about 3 % of a core each,
+    and the Ray tests took 23-24 min, against 3-4 min at this process's niceness (``docs/guide/ray.md``).
     """
     target = str(target).strip()
     if target.startswith("local:"):
